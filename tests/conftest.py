@@ -1,0 +1,85 @@
+"""Tiny models and tokenizers built by the tests themselves (GUIDE §6): random weights, small vocab.
+
+Everything is saved with `save_pretrained` so tests load through the same path users hit.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
+
+EOS = "<|endoftext|>"
+CORPUS = [
+    "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n",
+    "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n        self.items.append(item)\n",
+    "The quick brown fox jumps over the lazy dog. Speculative decoding drafts tokens and verifies them.",
+    "Hôm nay trời rất đẹp. Ça va très bien, merci! 東京は晴れです。 🙂🚀",
+    "import os\nimport sys\n\nfor i in range(10):\n    print(i, os.path.join('a', 'b'))\n",
+]
+
+
+def build_tokenizer(vocab_size: int = 384) -> PreTrainedTokenizerFast:
+    """A byte-level BPE trained on a few lines: round-trips any text, EOS is id 0."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(CORPUS * 4, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, bos_token=EOS)
+
+
+def tiny_config(arch: str, vocab_size: int, *, layers: int = 2, hidden: int = 64, max_positions: int = 256,
+                eos_token_id: int | list[int] | None = 0, init_range: float = 0.2, **overrides):
+    """A small config of a given architecture; `init_range` large enough that logits are peaked."""
+    if arch == "gpt2":
+        kw = dict(n_embd=hidden, n_layer=layers, n_head=4, n_positions=max_positions)
+    else:
+        kw = dict(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_positions)
+        if arch in ("phi3",):
+            kw["pad_token_id"] = 0
+    kw.update(vocab_size=vocab_size, initializer_range=init_range, bos_token_id=0, eos_token_id=eos_token_id)
+    kw.update(overrides)
+    return AutoConfig.for_model(arch, **kw)
+
+
+def make_model(arch: str = "llama", vocab_size: int = 384, *, seed: int = 0, **config_kw):
+    """An in-memory random model in eval mode (float32, CPU)."""
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(tiny_config(arch, vocab_size, **config_kw))
+    model.generation_config.eos_token_id = model.config.eos_token_id
+    model.generation_config.pad_token_id = 0
+    return model.eval()
+
+
+def save_model(path: Path, model, tokenizer: PreTrainedTokenizerFast | None = None) -> Path:
+    """Save a model (safetensors) and optionally its tokenizer into `path`; returns `path`."""
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tokenizer() -> PreTrainedTokenizerFast:
+    return build_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_pair(tmp_path_factory, tokenizer) -> tuple[Path, Path]:
+    """(target_dir, draft_dir): a 4-layer llama target and a 1-layer llama drafter sharing a tokenizer."""
+    root = tmp_path_factory.mktemp("pair")
+    vocab = len(tokenizer)
+    target = save_model(root / "target", make_model("llama", vocab, layers=4, seed=1), tokenizer)
+    draft = save_model(root / "draft", make_model("llama", vocab, layers=1, seed=2), tokenizer)
+    return target, draft
