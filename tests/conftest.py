@@ -15,7 +15,8 @@ from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFa
 EOS = "<|endoftext|>"
 CORPUS = [
     "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n",
-    "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n        self.items.append(item)\n",
+    "class Stack:\n    def __init__(self):\n        self.items = []\n\n"
+    "    def push(self, item):\n        self.items.append(item)\n",
     "The quick brown fox jumps over the lazy dog. Speculative decoding drafts tokens and verifies them.",
     "Hôm nay trời rất đẹp. Ça va très bien, merci! 東京は晴れです。 🙂🚀",
     "import os\nimport sys\n\nfor i in range(10):\n    print(i, os.path.join('a', 'b'))\n",
@@ -37,14 +38,29 @@ def build_tokenizer(vocab_size: int = 384) -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, bos_token=EOS)
 
 
-def tiny_config(arch: str, vocab_size: int, *, layers: int = 2, hidden: int = 64, max_positions: int = 256,
-                eos_token_id: int | list[int] | None = 0, init_range: float = 0.2, **overrides):
+def tiny_config(
+    arch: str,
+    vocab_size: int,
+    *,
+    layers: int = 2,
+    hidden: int = 64,
+    max_positions: int = 256,
+    eos_token_id: int | list[int] | None = 0,
+    init_range: float = 0.2,
+    **overrides,
+):
     """A small config of a given architecture; `init_range` large enough that logits are peaked."""
     if arch == "gpt2":
         kw = dict(n_embd=hidden, n_layer=layers, n_head=4, n_positions=max_positions)
     else:
-        kw = dict(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_positions)
+        kw = dict(
+            hidden_size=hidden,
+            intermediate_size=2 * hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=max_positions,
+        )
         if arch in ("phi3",):
             kw["pad_token_id"] = 0
     kw.update(vocab_size=vocab_size, initializer_range=init_range, bos_token_id=0, eos_token_id=eos_token_id)
@@ -68,6 +84,15 @@ def save_model(path: Path, model, tokenizer: PreTrainedTokenizerFast | None = No
     if tokenizer is not None:
         tokenizer.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_thread():
+    """Tiny models gain nothing from threads, and OpenMP threads on a busy 2-core machine spin-wait."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,307 @@
+"""Python API: `load(...)` a target/drafter pair once, then `generate` or `stream` many times.
+
+import specli
+pair = specli.load("llama-8b-1b")               # or load(target="./my-model", draft="./small")
+result = pair.generate("def fibonacci(n):", max_new_tokens=64)
+print(result.text, result.stats.acceptance_rate)
+for round in pair.stream("Hello", temperature=0.7, seed=1): ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from specli import loading
+from specli.cached_lm import CachedLM
+from specli.drafters.base import Drafter
+from specli.drafters.draft_model import DraftModelDrafter
+from specli.engine import EngineConfig, generate_rounds
+from specli.errors import UsageError
+from specli.events import Round, Stats
+from specli.presets import GenerationSpec, Preset, SpeculationSpec, resolve_preset
+from specli.sampling import SamplingConfig
+from specli.stopping import StopCriteria
+
+STRATEGIES = ("draft", "none")
+PLANNED_STRATEGIES = ("lookup", "self")
+
+
+def check_strategy(strategy: str) -> str:
+    if strategy in PLANNED_STRATEGIES:
+        raise UsageError(
+            f"strategy '{strategy}' is not available in this version of specli.",
+            f"Use one of: {', '.join(STRATEGIES)}.",
+        )
+    if strategy not in STRATEGIES:
+        raise UsageError(f"unknown strategy '{strategy}'.", f"Use one of: {', '.join(STRATEGIES)}.")
+    return strategy
+
+
+def check_settings(
+    *, max_new_tokens: int, temperature: float, top_k: int, top_p: float, num_draft_tokens: int
+) -> None:
+    """Raise UsageError for a value outside its range (the same rules the preset schema applies)."""
+    if max_new_tokens < 1:
+        raise UsageError(f"max-new-tokens must be at least 1 (got {max_new_tokens}).")
+    if temperature < 0:
+        raise UsageError(f"temperature must be >= 0 (got {temperature}); use 0 for greedy decoding.")
+    if top_k < 0:
+        raise UsageError(f"top-k must be >= 0 (got {top_k}); 0 turns it off.")
+    if not 0 < top_p <= 1:
+        raise UsageError(f"top-p must be in (0, 1] (got {top_p}); 1 turns it off.")
+    if num_draft_tokens < 1:
+        raise UsageError(f"num-draft-tokens must be at least 1 (got {num_draft_tokens}).")
+
+
+def check_model_options(*, device: str, dtype: str | None, quant: str | None) -> None:
+    """Cheap checks of --device/--dtype/--quant before anything loads."""
+    loading.resolve_device(device)
+    if dtype is not None and dtype not in ("auto", *loading.DTYPES):
+        raise UsageError(f"unknown dtype '{dtype}'.", "Use one of: auto, float32, float16, bfloat16.")
+    if quant is not None and quant not in loading.QUANT_MODES:
+        raise UsageError(f"unknown quantization '{quant}'.", "Use one of: none, 8bit, 4bit.")
+
+
+@dataclass
+class Result:
+    """What one generation produced: text, generated ids (prompt excluded), stats and every round."""
+
+    text: str
+    token_ids: list[int]
+    prompt_token_ids: list[int]
+    stats: Stats
+    rounds: list[Round]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "token_ids": self.token_ids,
+            "prompt_token_ids": self.prompt_token_ids,
+            "stats": self.stats.to_dict(),
+            "rounds": [r.to_dict() for r in self.rounds],
+        }
+
+
+class Pair:
+    """A loaded target (+ drafter) with generation defaults. Holds no per-generation state."""
+
+    def __init__(
+        self,
+        target_model: Any,
+        tokenizer: Any,
+        draft_model: Any | None = None,
+        *,
+        strategy: str = "draft",
+        target_name: str = "target",
+        draft_name: str | None = None,
+        generation: GenerationSpec | None = None,
+        speculation: SpeculationSpec | None = None,
+    ) -> None:
+        self.strategy = check_strategy(strategy)
+        if strategy == "draft" and draft_model is None:
+            raise UsageError(
+                "strategy 'draft' needs a drafter model.",
+                "Pass --draft MODEL, or use --strategy none for plain decoding.",
+            )
+        self.target_model = target_model
+        self.draft_model = draft_model
+        self.tokenizer = tokenizer
+        self.target_name = target_name
+        self.draft_name = draft_name
+        self.generation = generation or GenerationSpec()
+        self.speculation = speculation or SpeculationSpec()
+        self.target = CachedLM(target_model)
+        self.eos_ids = loading.eos_token_ids(target_model, tokenizer)
+        self.max_positions = loading.model_max_positions(target_model)
+
+    # --- text <-> ids -------------------------------------------------------------------------
+    def uses_chat(self, chat: bool | None = None) -> bool:
+        """chat=None follows the preset ('auto': on when the tokenizer has a chat template)."""
+        has_template = bool(getattr(self.tokenizer, "chat_template", None))
+        if chat is None:
+            mode = self.generation.chat_template
+            chat = has_template if mode == "auto" else mode == "on"
+        if chat and not has_template:
+            raise UsageError(f"'{self.target_name}' has no chat template.", "Run without --chat.")
+        return chat
+
+    def encode(self, prompt: str, chat: bool | None = None) -> list[int]:
+        """Prompt text -> ids, through the chat template when chat is on."""
+        if self.uses_chat(chat):
+            text = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+            )
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        else:
+            ids = self.tokenizer(prompt)["input_ids"]
+        if not ids:
+            bos = self.tokenizer.bos_token_id
+            if bos is None:
+                raise UsageError("the prompt is empty.", "Give some text to continue.")
+            ids = [bos]
+        return list(ids)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    # --- generation -----------------------------------------------------------------------------
+    def _drafter(self, strategy: str) -> Drafter | None:
+        if strategy == "none":
+            return None
+        if self.draft_model is None:
+            raise UsageError(f"strategy '{strategy}' needs a drafter model.", "Pass --draft MODEL.")
+        return DraftModelDrafter(
+            CachedLM(self.draft_model), self.target.vocab_size, loading.model_max_positions(self.draft_model)
+        )
+
+    def stream(
+        self,
+        prompt: str | None = None,
+        *,
+        prompt_ids: Sequence[int] | None = None,
+        max_new_tokens: int | None = None,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        num_draft_tokens: int | None = None,
+        stop: Sequence[str] | None = None,
+        chat: bool | None = None,
+        strategy: str | None = None,
+    ) -> Iterator[Round]:
+        """Yield one Round per target forward. `prompt_ids` bypasses tokenization and chat templates.
+
+        Unset settings come from the preset. Each call starts from fresh caches and drafter state.
+        """
+        ids = self.prompt_ids(prompt, prompt_ids=prompt_ids, chat=chat)
+        g, s = self.generation, self.speculation
+        config = EngineConfig(
+            max_new_tokens=g.max_new_tokens if max_new_tokens is None else max_new_tokens,
+            num_draft_tokens=s.num_draft_tokens if num_draft_tokens is None else num_draft_tokens,
+            sampling=SamplingConfig(
+                temperature=float(g.temperature if temperature is None else temperature),
+                top_k=g.top_k if top_k is None else top_k,
+                top_p=float(g.top_p if top_p is None else top_p),
+            ),
+            seed=seed,
+        )
+        check_settings(
+            max_new_tokens=config.max_new_tokens,
+            temperature=config.sampling.temperature,
+            top_k=config.sampling.top_k,
+            top_p=config.sampling.top_p,
+            num_draft_tokens=config.num_draft_tokens,
+        )
+        drafter = self._drafter(check_strategy(strategy or self.strategy))
+        criteria = StopCriteria(self.eos_ids, tuple(stop or ()), self.decode)
+        return generate_rounds(self.target, drafter, ids, config, criteria, self.max_positions)
+
+    def prompt_ids(
+        self, prompt: str | None = None, *, prompt_ids: Sequence[int] | None = None, chat: bool | None = None
+    ) -> list[int]:
+        """The ids generation starts from; checks they fit the context."""
+        if (prompt is None) == (prompt_ids is None):
+            raise UsageError("give exactly one of prompt and prompt_ids.")
+        ids = list(prompt_ids) if prompt_ids is not None else self.encode(prompt, chat)
+        if not ids:
+            raise UsageError("prompt_ids is empty.")
+        vocab = self.target.vocab_size
+        if any(not 0 <= i < vocab for i in ids):
+            raise UsageError(f"prompt_ids holds ids outside the vocabulary [0, {vocab}).")
+        if self.max_positions is not None and len(ids) >= self.max_positions:
+            raise UsageError(
+                f"the prompt is {len(ids)} tokens but '{self.target_name}' has a context of "
+                f"{self.max_positions} tokens.",
+                "Shorten the prompt so there is room to generate.",
+            )
+        return ids
+
+    def generate(self, prompt: str | None = None, **kwargs: Any) -> Result:
+        """Run to a stop and collect the result; takes the same arguments as `stream`."""
+        ids = self.prompt_ids(
+            prompt, prompt_ids=kwargs.pop("prompt_ids", None), chat=kwargs.pop("chat", None)
+        )
+        stats, rounds, tokens = Stats(), [], []
+        for r in self.stream(prompt_ids=ids, **kwargs):
+            stats.observe(r)
+            rounds.append(r)
+            tokens += r.committed
+        return Result(self.decode(tokens), tokens, ids, stats, rounds)
+
+
+def load(
+    preset: str | None = None,
+    *,
+    target: str | None = None,
+    draft: str | None = None,
+    strategy: str | None = None,
+    device: str = "auto",
+    dtype: str | None = None,
+    quant: str | None = None,
+    allow_pickle: bool = False,
+    trust_remote_code: bool = False,
+) -> Pair:
+    """Load a pair from a preset name/path and/or explicit models; explicit arguments win over the preset.
+
+    `dtype` applies to both models, `quant` to the target only. Tokenizers are compared before any
+    weights load.
+    """
+    spec: Preset | None = resolve_preset(preset) if preset else None
+    target_source = target or (spec.target.model if spec else None)
+    if target_source is None:
+        raise UsageError(
+            "no model given.", "Pass --preset NAME (see `specli presets list`) or --target MODEL."
+        )
+    draft_source = draft or (spec.draft.model if spec and spec.draft else None)
+    strategy = check_strategy(strategy or (spec.strategy if spec else ("draft" if draft_source else "none")))
+    if strategy == "none":
+        draft_source = None
+    elif strategy == "draft" and draft_source is None:
+        raise UsageError(
+            "strategy 'draft' needs a drafter model.",
+            "Pass --draft MODEL, or use --strategy none for plain decoding.",
+        )
+    target_dtype = dtype or (spec.target.dtype if spec and not target else "auto")
+    target_quant = quant or (spec.target.quantization if spec and not target else "none")
+    draft_dtype = dtype or (spec.draft.dtype if spec and spec.draft and not draft else "auto")
+    draft_quant = spec.draft.quantization if spec and spec.draft and not draft else "none"
+
+    dev = loading.resolve_device(device)
+    target_dir = loading.resolve_source(target_source, allow_pickle=allow_pickle)
+    tokenizer = loading.load_tokenizer(target_dir, trust_remote_code=trust_remote_code)
+    draft_dir = None
+    if draft_source is not None:
+        draft_dir = loading.resolve_source(draft_source, allow_pickle=allow_pickle)
+        draft_tokenizer = loading.load_tokenizer(draft_dir, trust_remote_code=trust_remote_code)
+        loading.check_tokenizers(tokenizer, draft_tokenizer, target_source, draft_source)
+
+    target_model = loading.load_model(
+        target_dir,
+        device=dev,
+        dtype=loading.resolve_dtype(target_dtype, dev),
+        quant=target_quant,
+        allow_pickle=allow_pickle,
+        trust_remote_code=trust_remote_code,
+    )
+    draft_model = None
+    if draft_dir is not None:
+        draft_model = loading.load_model(
+            draft_dir,
+            device=dev,
+            dtype=loading.resolve_dtype(draft_dtype, dev),
+            quant=draft_quant,
+            allow_pickle=allow_pickle,
+            trust_remote_code=trust_remote_code,
+        )
+    return Pair(
+        target_model,
+        tokenizer,
+        draft_model,
+        strategy=strategy,
+        target_name=target_source,
+        draft_name=draft_source,
+        generation=spec.generation if spec else None,
+        speculation=spec.speculation if spec else None,
+    )

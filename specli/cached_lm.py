@@ -1,0 +1,48 @@
+"""A causal LM driven one forward at a time over a KV cache it can rewind (GUIDE §3, §5)."""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+
+class CachedLM:
+    """Wraps a transformers causal LM: `forward` appends tokens to a cache, `rewind` drops the newest."""
+
+    def __init__(self, model: PreTrainedModel) -> None:
+        self.model = model
+        params = inspect.signature(model.forward).parameters
+        # transformers 5.24 names it `cache`; 5.17 only knows `past_key_values` (GUIDE §5).
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._has_logits_to_keep = "logits_to_keep" in params
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.get_input_embeddings().weight.device
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.get_output_embeddings().weight.shape[0]
+
+    def new_cache(self) -> DynamicCache:
+        cache = DynamicCache(config=self.model.config)
+        if hasattr(cache, "activate_past_recording"):  # sliding-window layers must be able to roll back
+            cache.activate_past_recording()
+        return cache
+
+    @torch.inference_mode()
+    def forward(self, ids: torch.Tensor, cache: DynamicCache, *, last_only: bool = False) -> torch.Tensor:
+        """Run ids [n] after what `cache` holds; returns logits [n, V] (or [1, V] when last_only)."""
+        kwargs = {self._cache_kw: cache, "use_cache": True}
+        if last_only and self._has_logits_to_keep:
+            kwargs["logits_to_keep"] = 1
+        logits = self.model(input_ids=ids.to(self.device)[None], **kwargs).logits[0]  # [n|1, V]
+        return logits[-1:] if last_only else logits
+
+    @staticmethod
+    def rewind(cache: DynamicCache, n: int) -> None:
+        """Drop the newest n positions from the cache (transformers 5: negative crop removes)."""
+        if n > 0:
+            cache.crop(-n)

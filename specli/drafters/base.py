@@ -1,0 +1,39 @@
+"""The drafter protocol: every strategy is one file implementing it.
+
+The engine owns the target; a drafter owns whatever it needs to propose tokens (a model and its cache,
+an n-gram index, ...). Per round the engine calls `propose(k)` and then `commit(accepted, token)`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from specli.sampling import SamplingConfig
+
+
+@dataclass
+class Proposal:
+    """ids [k] (long, any device); q [k, V_target] the distributions they were drawn from, or None for
+    a deterministic proposal (q is one-hot at each id). k may be smaller than asked, even 0."""
+
+    ids: torch.Tensor
+    q: torch.Tensor | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Drafter(Protocol):
+    """A source of draft tokens for one generation at a time."""
+
+    name: str
+
+    def reset(self, prompt_ids: list[int]) -> None:
+        """Start a new generation from prompt_ids: drop all state from a previous one."""
+
+    def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None) -> Proposal:
+        """Propose up to k tokens continuing everything committed so far."""
+
+    def commit(self, accepted: int, token: int) -> None:
+        """The target kept the first `accepted` proposed tokens and appended `token`; update state."""

@@ -1,0 +1,77 @@
+"""`draft` strategy: a small model sharing the target's tokenizer proposes k tokens autoregressively."""
+
+from __future__ import annotations
+
+import torch
+
+from specli.cached_lm import CachedLM
+from specli.drafters.base import Proposal
+from specli.sampling import SamplingConfig, process_logits, sample
+
+
+class DraftModelDrafter:
+    """Drafts with its own KV cache. Per round: k forwards; the last drafted token is fed next round.
+
+    Cache invariant: the cache holds every committed token except `pending` (tokens the drafter has not
+    yet run: the last correction/bonus, preceded by the final draft token after a fully accepted round).
+    """
+
+    name = "draft"
+
+    def __init__(self, lm: CachedLM, target_vocab: int, max_positions: int | None = None) -> None:
+        self.lm = lm
+        self.target_vocab = target_vocab
+        self.max_positions = max_positions
+        self._cache = None
+        self._pending: list[int] = []
+        self._drafted = torch.empty(0, dtype=torch.long)  # [k] last proposal
+        self._length = 0  # committed tokens, including pending
+
+    def reset(self, prompt_ids: list[int]) -> None:
+        self._cache = self.lm.new_cache()
+        if len(prompt_ids) > 1:
+            self.lm.forward(torch.tensor(prompt_ids[:-1]), self._cache, last_only=True)
+        self._pending = [prompt_ids[-1]]
+        self._drafted = torch.empty(0, dtype=torch.long)
+        self._length = len(prompt_ids)
+
+    def _align(self, logits: torch.Tensor) -> torch.Tensor:
+        """Drafter logits [.., V_d] -> [.., V_target]: extra rows dropped, missing rows impossible (-inf)."""
+        v = logits.shape[-1]
+        if v > self.target_vocab:
+            return logits[..., : self.target_vocab]
+        if v < self.target_vocab:
+            pad = logits.new_full((*logits.shape[:-1], self.target_vocab - v), -float("inf"))
+            return torch.cat([logits, pad], -1)
+        return logits
+
+    def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None) -> Proposal:
+        if self.max_positions is not None:  # positions fed this round: length-len(pending) .. length+k-2
+            k = min(k, self.max_positions - self._length + 1)
+        ids: list[torch.Tensor] = []
+        qs: list[torch.Tensor] = []
+        inp = torch.tensor(self._pending)
+        for _ in range(max(k, 0)):
+            logits = self._align(self.lm.forward(inp, self._cache, last_only=True)[-1].float())  # [V]
+            if sampling.greedy:
+                tok = logits.argmax(-1, keepdim=True)  # [1]
+            else:
+                q = process_logits(logits, sampling)  # [V]
+                tok = sample(q, generator)[None]  # [1]
+                qs.append(q)
+            ids.append(tok)
+            inp = tok
+        self._drafted = torch.cat(ids) if ids else torch.empty(0, dtype=torch.long)  # [k]
+        return Proposal(ids=self._drafted, q=torch.stack(qs) if qs else None)
+
+    def commit(self, accepted: int, token: int) -> None:
+        k = self._drafted.shape[0]
+        self._length += accepted + 1
+        if k == 0:  # nothing ran this round: the new token just joins the unseen ones
+            self._pending.append(token)
+            return
+        # The cache grew by pending + d_1..d_{k-1}; keep pending + the accepted drafts among those.
+        kept = min(accepted, k - 1)
+        self.lm.rewind(self._cache, (k - 1) - kept)
+        self._pending = [token] if accepted < k else [int(self._drafted[-1]), token]
+        self._drafted = self._drafted[:0]

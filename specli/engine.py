@@ -1,0 +1,136 @@
+"""The speculative loop (GUIDE §3). Yields one `Round` per target forward; never prints.
+
+Target cache invariant: it holds every committed token except the last one (`pending`). A round runs
+ONE target forward over [pending, d_1..d_k] -> logits for k+1 positions, verifies, commits
+d_1..d_accepted + (correction | bonus), and rewinds the k - accepted rejected positions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from time import perf_counter
+
+import torch
+
+from specli.cached_lm import CachedLM
+from specli.drafters.base import Drafter, Proposal
+from specli.events import Round, StopReason, TokenKind
+from specli.sampling import SamplingConfig, process_logits
+from specli.stopping import StopCriteria
+from specli.verify import verify_greedy, verify_sampling
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """max_new_tokens >= 1; num_draft_tokens k >= 1 (ignored without a drafter)."""
+
+    max_new_tokens: int
+    num_draft_tokens: int = 4
+    sampling: SamplingConfig = SamplingConfig()
+    seed: int | None = None
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _one_hot(ids: torch.Tensor, vocab: int) -> torch.Tensor:
+    return torch.nn.functional.one_hot(ids, vocab).float()  # [k, V]
+
+
+def generate_rounds(
+    target: CachedLM,
+    drafter: Drafter | None,
+    prompt_ids: list[int],
+    config: EngineConfig,
+    stop: StopCriteria,
+    max_positions: int | None = None,
+) -> Iterator[Round]:
+    """Speculative generation after prompt_ids; `drafter=None` is plain decoding (one token a round).
+
+    Output is the target's own: greedy token for token, sampling in distribution. Stops at EOS, stop
+    strings, max_new_tokens (never overshoots) and before max_positions (the context limit).
+    """
+    if not prompt_ids:
+        raise ValueError("prompt_ids must hold at least one token")
+    device = target.device
+    generator = None
+    if config.seed is not None:
+        generator = torch.Generator(device=device).manual_seed(config.seed)
+    sampling = config.sampling
+    start = perf_counter()
+    cache = target.new_cache()
+    if len(prompt_ids) > 1:  # prefill; the LM head runs for one position only
+        target.forward(torch.tensor(prompt_ids[:-1]), cache, last_only=True)
+    if drafter is not None:
+        drafter.reset(prompt_ids)
+    pending = prompt_ids[-1]
+    generated: list[int] = []
+    context_limit = max_positions if max_positions is not None else 1 << 62
+
+    for index in range(config.max_new_tokens):
+        new_budget = config.max_new_tokens - len(generated)
+        context_budget = context_limit - (len(prompt_ids) + len(generated))
+        budget = min(new_budget, context_budget)
+        if budget <= 0:
+            return
+        k = min(config.num_draft_tokens, budget - 1) if drafter is not None else 0
+
+        t0 = perf_counter()
+        proposal = (
+            drafter.propose(k, sampling, generator) if k > 0 else Proposal(torch.empty(0, dtype=torch.long))
+        )
+        draft_ids = proposal.ids.to(device)  # [k]
+        k = draft_ids.shape[0]
+        _synchronize(device)
+        t1 = perf_counter()
+
+        logits = target.forward(
+            torch.cat([torch.tensor([pending], device=device), draft_ids]), cache
+        )  # [k+1, V]
+        if sampling.greedy:
+            verdict = verify_greedy(draft_ids, logits)
+        else:
+            p = process_logits(logits, sampling)  # [k+1, V]
+            q = (
+                proposal.q.to(device) if proposal.q is not None else _one_hot(draft_ids, p.shape[-1])
+            )  # [k, V]
+            verdict = verify_sampling(draft_ids, q, p, generator)
+        target.rewind(cache, k - verdict.accepted)
+        if drafter is not None:
+            drafter.commit(verdict.accepted, verdict.token)
+        t2 = perf_counter()
+
+        committed = verdict.drafted[: verdict.accepted] + [verdict.token]
+        reason = None
+        cut = stop.cut(generated, committed)
+        if cut is not None:
+            committed, reason = committed[: cut[0]], cut[1]
+        generated += committed
+        pending = verdict.token
+        if reason is None and len(generated) >= config.max_new_tokens:
+            reason = StopReason.MAX_NEW_TOKENS
+        elif reason is None and len(prompt_ids) + len(generated) >= context_limit:
+            reason = StopReason.CONTEXT
+        yield Round(
+            index=index,
+            drafted=verdict.drafted,
+            draft_probs=verdict.draft_probs if not sampling.greedy else [1.0] * k,
+            target_probs=verdict.target_probs,
+            target_argmax=verdict.target_argmax,
+            accept_probs=verdict.accept_probs,
+            uniforms=verdict.uniforms,
+            accepted=verdict.accepted,
+            token=verdict.token,
+            kind=TokenKind.BONUS if verdict.is_bonus else TokenKind.CORRECTION,
+            committed=committed,
+            draft_time=t1 - t0,
+            verify_time=t2 - t1,
+            elapsed=perf_counter() - start,
+            stop=reason,
+            info=proposal.info,
+        )
+        if reason is not None:
+            return

@@ -1,0 +1,148 @@
+"""What the engine tells the world: one `Round` per verify step, and `Stats` accumulated from rounds.
+
+Words follow GUIDE §4: drafted, accepted, rejected, correction, bonus; acceptance rate = accepted /
+drafted; mean acceptance length = committed tokens / rounds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class TokenKind(str, Enum):
+    """The four kinds of token every view distinguishes."""
+
+    ACCEPTED = "accepted"  # a drafted token the target kept
+    REJECTED = "rejected"  # a drafted token the target discarded (shown only in its round)
+    CORRECTION = "correction"  # the target's own token at the first rejection
+    BONUS = "bonus"  # the target's extra token after a fully accepted draft (plain decoding: every token)
+
+
+class StopReason(str, Enum):
+    EOS = "eos"
+    STOP_STRING = "stop_string"
+    MAX_NEW_TOKENS = "max_new_tokens"
+    CONTEXT = "context"
+
+
+@dataclass(frozen=True)
+class Round:
+    """One draft -> verify -> commit step.
+
+    drafted: the draft token ids the target verified (k of them; empty for a plain step).
+    draft_probs: q(d) of each drafted token (1.0 for deterministic drafters and greedy drafting).
+    target_probs: p(d) of each drafted token (sampling only; empty when greedy).
+    target_argmax: the target's argmax at each of the k+1 positions (greedy only).
+    accept_probs / uniforms: min(1, p/q) and the uniform draw compared with it (uniforms empty when greedy).
+    accepted: how many leading drafted tokens were kept.
+    token / kind: the correction (accepted < k) or bonus (accepted == k) the target added.
+    committed: the tokens this round appended to the output (accepted drafts + token), cut at a stop.
+    stop: why generation ended after this round, or None.
+    info: strategy-specific facts for views (e.g. which n-gram matched); JSON-able.
+    """
+
+    index: int
+    drafted: list[int]
+    draft_probs: list[float]
+    target_probs: list[float]
+    target_argmax: list[int]
+    accept_probs: list[float]
+    uniforms: list[float]
+    accepted: int
+    token: int
+    kind: TokenKind
+    committed: list[int]
+    draft_time: float
+    verify_time: float
+    elapsed: float
+    stop: StopReason | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rejected(self) -> list[int]:
+        """Drafted tokens discarded this round (empty after a fully accepted draft)."""
+        return self.drafted[self.accepted :]
+
+    @property
+    def committed_kinds(self) -> list[TokenKind]:
+        """The kind of each committed token, aligned with `committed`."""
+        kinds = [TokenKind.ACCEPTED] * self.accepted + [self.kind]
+        return kinds[: len(self.committed)]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["kind"] = self.kind.value
+        d["stop"] = self.stop.value if self.stop else None
+        d["rejected"] = self.rejected
+        return d
+
+
+@dataclass
+class Stats:
+    """Running totals over rounds; `observe` each round as it arrives."""
+
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    tokens: int = 0
+    draft_time: float = 0.0
+    verify_time: float = 0.0
+    elapsed: float = 0.0
+    stop_reason: StopReason | None = None
+    position_drafted: list[int] = field(default_factory=list)
+    position_accepted: list[int] = field(default_factory=list)
+
+    def observe(self, r: Round) -> None:
+        self.rounds += 1
+        self.drafted += len(r.drafted)
+        self.accepted += r.accepted
+        self.tokens += len(r.committed)
+        self.draft_time += r.draft_time
+        self.verify_time += r.verify_time
+        self.elapsed = r.elapsed
+        self.stop_reason = r.stop or self.stop_reason
+        grow = len(r.drafted) - len(self.position_drafted)
+        if grow > 0:
+            self.position_drafted += [0] * grow
+            self.position_accepted += [0] * grow
+        for i in range(len(r.drafted)):
+            self.position_drafted[i] += 1
+            self.position_accepted[i] += i < r.accepted
+
+    @property
+    def acceptance_rate(self) -> float:
+        """accepted / drafted (0.0 when nothing was drafted)."""
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        """Committed tokens per round (plain decoding: 1.0)."""
+        return self.tokens / self.rounds if self.rounds else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.elapsed if self.elapsed > 0 else 0.0
+
+    @property
+    def per_position_acceptance(self) -> list[float]:
+        """For each draft position i: rounds that accepted position i / rounds that drafted it."""
+        pairs = zip(self.position_accepted, self.position_drafted, strict=True)
+        return [a / d if d else 0.0 for a, d in pairs]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rounds": self.rounds,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "acceptance_rate": self.acceptance_rate,
+            "mean_acceptance_length": self.mean_acceptance_length,
+            "tokens": self.tokens,
+            "tokens_per_second": self.tokens_per_second,
+            "elapsed_s": self.elapsed,
+            "draft_time_s": self.draft_time,
+            "verify_time_s": self.verify_time,
+            "per_position_acceptance": self.per_position_acceptance,
+            "stop_reason": self.stop_reason.value if self.stop_reason else None,
+        }

@@ -1,0 +1,459 @@
+"""Where models come from and how they are put on a device.
+
+A model is named by a local folder or a hub id (`org/name`). Hub ids go through
+`huggingface_hub.snapshot_download`, which honours HF_TOKEN, HF_HOME / HF_HUB_CACHE and HF_HUB_OFFLINE.
+Only safetensors weights are fetched and loaded unless the user passes `--allow-pickle`, and remote code
+runs only with `--trust-remote-code`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specli.errors import ModelLoadError, SpecliError, UsageError
+
+DEVICE_FORMS = "auto, cpu, cuda, cuda:N"
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+}
+QUANT_MODES = ("none", "8bit", "4bit")
+
+# What a causal LM needs from a hub repo: configs, tokenizer, chat templates, safetensors weights.
+HUB_PATTERNS = [
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "tokenizer.model",
+    "*.tiktoken",
+    "spiece.model",
+    "chat_template.jinja",
+    "chat_template.json",
+    "additional_chat_templates/*",
+    "*.safetensors",
+    "*.safetensors.index.json",
+]
+PICKLE_PATTERNS = ["pytorch_model*.bin", "*.bin.index.json"]
+CODE_PATTERNS = ["*.py"]
+# Copies of the weights that transformers never reads (Meta/Mistral native checkpoints).
+HUB_IGNORE = ["original/*", "consolidated*"]
+
+_HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")
+_PICKLE_SUFFIXES = (".bin", ".pt", ".pth")
+
+
+# --------------------------------------------------------------------------- device and dtype
+
+
+def resolve_device(spec: str) -> torch.device:
+    """'auto' | 'cpu' | 'cuda' | 'cuda:N' -> a usable torch.device."""
+    s = spec.strip().lower()
+    if s == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if s == "cpu":
+        return torch.device("cpu")
+    m = re.fullmatch(r"cuda(?::(\d+))?", s)
+    if m is None:
+        raise UsageError(f"unknown device '{spec}'", f"use one of: {DEVICE_FORMS}")
+    if not torch.cuda.is_available():
+        raise SpecliError(
+            f"device '{spec}' requested but CUDA is not available here",
+            "only 'cpu' is available: pass --device cpu (or auto)",
+        )
+    if m.group(1) is None:
+        return torch.device("cuda")
+    index, count = int(m.group(1)), torch.cuda.device_count()
+    if index >= count:
+        raise SpecliError(
+            f"device '{spec}' does not exist: this machine has {count} CUDA device(s)",
+            f"use cuda:0 .. cuda:{count - 1}",
+        )
+    return torch.device("cuda", index)
+
+
+def _config_dtype(config: Any) -> torch.dtype | None:
+    """The dtype a config declares (`dtype`, or the older `torch_dtype`), if any."""
+    if config is None:
+        return None
+    value = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    if isinstance(value, str):
+        value = getattr(torch, value.removeprefix("torch."), None)
+    return value if isinstance(value, torch.dtype) else None
+
+
+def resolve_dtype(spec: str, device: torch.device, config: Any = None) -> torch.dtype:
+    """'auto' | float32 | float16 | bfloat16 (and short forms) -> torch.dtype.
+
+    auto: float32 on CPU; on CUDA the config's own half dtype, else bfloat16 (float16 if bf16 unsupported).
+    """
+    s = spec.strip().lower()
+    if s in DTYPES:
+        return DTYPES[s]
+    if s != "auto":
+        raise UsageError(f"unknown dtype '{spec}'", "use one of: auto, float32, float16, bfloat16")
+    if device.type != "cuda":
+        return torch.float32
+    bf16_ok = torch.cuda.is_bf16_supported()
+    own = _config_dtype(config)
+    if own == torch.float16 or (own == torch.bfloat16 and bf16_ok):
+        return own
+    return torch.bfloat16 if bf16_ok else torch.float16
+
+
+# --------------------------------------------------------------------------- model source
+
+
+def _looks_like_path(model: str) -> bool:
+    return os.path.isabs(model) or model.startswith((".", "~")) or model.count(os.sep) > 1 or "\\" in model
+
+
+def _env_true(name: str) -> bool:
+    return os.environ.get(name, "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def hub_offline() -> bool:
+    """Whether hub access is switched off, read now (so a variable set after import still counts)."""
+    from huggingface_hub import constants
+
+    return constants.is_offline_mode() or _env_true("HF_HUB_OFFLINE") or _env_true("TRANSFORMERS_OFFLINE")
+
+
+def hub_cache_dir() -> str | None:
+    """The hub cache folder from the environment as it is now, with huggingface_hub's precedence.
+
+    None means "no variable set": huggingface_hub then uses its own default.
+    """
+    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(name):
+            return os.path.expandvars(os.path.expanduser(os.environ[name]))
+    if os.environ.get("HF_HOME"):
+        return os.path.join(os.path.expandvars(os.path.expanduser(os.environ["HF_HOME"])), "hub")
+    return None
+
+
+def _hub_error(model: str, err: Exception, offline: bool) -> ModelLoadError:
+    """Translate a huggingface_hub failure into a message the user can act on."""
+    from huggingface_hub.errors import (
+        DisabledRepoError,
+        GatedRepoError,
+        HfHubHTTPError,
+        IncompleteSnapshotError,
+        LocalEntryNotFoundError,
+        OfflineModeIsEnabled,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    url = f"https://huggingface.co/{model}"
+    if isinstance(err, GatedRepoError):
+        return ModelLoadError(
+            f"'{model}' is a gated repo and this token has no access to it",
+            f"request access at {url} and set HF_TOKEN (or run `hf auth login`)",
+        )
+    if isinstance(err, RepositoryNotFoundError):
+        return ModelLoadError(
+            f"'{model}' was not found on the Hugging Face Hub (and is not a local folder)",
+            "check the spelling; if the repo is private, set HF_TOKEN",
+        )
+    if isinstance(err, RevisionNotFoundError):
+        return ModelLoadError(f"'{model}': the requested revision does not exist", f"see {url}")
+    if isinstance(err, DisabledRepoError):
+        return ModelLoadError(f"'{model}' has been disabled on the Hugging Face Hub", f"see {url}")
+    if isinstance(err, IncompleteSnapshotError):
+        return ModelLoadError(
+            f"the cached copy of '{model}' is incomplete and the Hub cannot be reached",
+            "download it again with network access (unset HF_HUB_OFFLINE)",
+        )
+    cause = err.__cause__ if isinstance(err, LocalEntryNotFoundError) and err.__cause__ else err
+    if offline or isinstance(cause, OfflineModeIsEnabled):
+        return ModelLoadError(
+            f"'{model}' is not in the local hub cache (HF_HUB_OFFLINE is set)",
+            "download it once with network, or pass a local folder",
+        )
+    if isinstance(cause, HfHubHTTPError) and cause.response is not None and cause.response.status_code == 401:
+        return ModelLoadError(
+            f"the Hugging Face Hub refused access to '{model}' (401: bad or missing token)",
+            "set HF_TOKEN to a valid token (or run `hf auth login`)",
+        )
+    return ModelLoadError(
+        f"could not reach the Hugging Face Hub to fetch '{model}' "
+        f"({type(cause).__name__}) and it is not in the local cache",
+        "check your connection, or set HF_HUB_OFFLINE=1 to use the cache",
+    )
+
+
+def resolve_source(model: str, *, allow_pickle: bool = False, trust_remote_code: bool = False) -> Path:
+    """A local folder, or a hub id fetched into (or found in) the hub cache -> the folder to load from.
+
+    Only configs, tokenizer files, chat templates and safetensors weights are fetched; `allow_pickle` adds
+    `*.bin` weights and `trust_remote_code` adds the repo's `*.py` files.
+    """
+    expanded = Path(os.path.expanduser(model))
+    if expanded.is_dir():
+        return expanded
+    if expanded.exists():
+        raise ModelLoadError(
+            f"'{model}' is a file, not a model folder",
+            "pass the folder that holds config.json and the weights",
+        )
+    if _looks_like_path(model):
+        raise ModelLoadError(
+            f"model folder '{model}' does not exist", "check the path, or pass a hub id like 'org/name'"
+        )
+    if not _HUB_ID.fullmatch(model) or "--" in model or ".." in model:
+        raise UsageError(
+            f"'{model}' is neither a local folder nor a hub id",
+            "pass an existing folder or a hub id like 'Qwen/Qwen2.5-0.5B-Instruct'",
+        )
+
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError
+
+    patterns = (
+        HUB_PATTERNS
+        + (PICKLE_PATTERNS if allow_pickle else [])
+        + (CODE_PATTERNS if trust_remote_code else [])
+    )
+    offline = hub_offline()
+    try:
+        folder = snapshot_download(
+            model,
+            allow_patterns=patterns,
+            ignore_patterns=HUB_IGNORE,
+            cache_dir=hub_cache_dir(),
+            local_files_only=offline,
+        )
+    except HFValidationError as err:
+        raise UsageError(
+            f"'{model}' is not a valid hub id ({err})", "pass an existing folder or a hub id like 'org/name'"
+        ) from err
+    except Exception as err:  # HTTP, cache and connection errors; mapped to one message each
+        raise _hub_error(model, err, offline) from err
+    return Path(folder)
+
+
+# --------------------------------------------------------------------------- checks and loading
+
+
+def check_weights(folder: Path, *, allow_pickle: bool) -> None:
+    """Refuse folders without config.json or without loadable weights (pickle only with allow_pickle)."""
+    if not (folder / "config.json").is_file():
+        raise ModelLoadError(
+            f"'{folder}' has no config.json, so it is not a transformers model folder",
+            "pass the folder that holds config.json and the weights",
+        )
+    files = [p.name for p in folder.iterdir() if p.is_file()]
+    if any(name.endswith(".safetensors") for name in files):
+        return
+    pickles = [name for name in files if name.endswith(_PICKLE_SUFFIXES) and name != "training_args.bin"]
+    if pickles and not allow_pickle:
+        raise ModelLoadError(
+            f"'{folder}' has only pickle weights ({pickles[0]}); pickle files can run code "
+            "when loaded, so they are refused",
+            "pass --allow-pickle if you trust this model",
+        )
+    if not pickles:
+        raise ModelLoadError(
+            f"'{folder}' has no *.safetensors weights",
+            "if the model only ships pickle (*.bin) weights and you trust it, pass --allow-pickle",
+        )
+
+
+def load_tokenizer(folder: Path, *, trust_remote_code: bool = False, name: str | None = None):
+    """AutoTokenizer from a model folder; failures become ModelLoadError."""
+    from transformers import AutoTokenizer
+
+    label = name or str(folder)
+    try:
+        return AutoTokenizer.from_pretrained(folder, trust_remote_code=bool(trust_remote_code))
+    except Exception as err:
+        raise ModelLoadError(
+            f"could not load the tokenizer of '{label}': {_first_line(err)}", _loader_hint(err)
+        ) from err
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0][:200] if text else type(err).__name__
+
+
+def _loader_hint(err: BaseException) -> str | None:
+    text = str(err)
+    if "trust_remote_code" in text:
+        return "this model ships its own code; pass --trust-remote-code if you trust it"
+    if "does not recognize this architecture" in text:
+        return "this transformers is too old for the model: pip install --upgrade transformers"
+    return None
+
+
+class _DropMessage(logging.Filter):
+    """Drops one noisy log record by its format string."""
+
+    def __init__(self, fmt: str) -> None:
+        super().__init__()
+        self.fmt = fmt
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != self.fmt
+
+
+def _quiet_bnb_8bit_cast() -> None:
+    """bitsandbytes logs 'inputs will be cast ... to float16' on every 8-bit matmul of a non-fp16 input."""
+    logger = logging.getLogger("bitsandbytes.autograd._functions")
+    fmt = "MatMul8bitLt: inputs will be cast from %s to float16 during quantization"
+    if not any(isinstance(f, _DropMessage) and f.fmt == fmt for f in logger.filters):
+        logger.addFilter(_DropMessage(fmt))
+
+
+def _quant_config(quant: str, dtype: torch.dtype):
+    from transformers import BitsAndBytesConfig
+
+    if quant == "8bit":
+        _quiet_bnb_8bit_cast()
+        return BitsAndBytesConfig(load_in_8bit=True)
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype)
+
+
+def load_model(
+    folder: Path,
+    *,
+    device: torch.device,
+    dtype: torch.dtype,
+    quant: str = "none",
+    allow_pickle: bool = False,
+    trust_remote_code: bool = False,
+    name: str | None = None,
+):
+    """A causal LM from a model folder, in eval mode on `device`.
+
+    quant: 'none' | '8bit' | '4bit' (bitsandbytes; 4-bit is nf4 computing in `dtype`). Works on CPU too.
+    """
+    if quant not in QUANT_MODES:
+        raise UsageError(f"unknown quantization '{quant}'", f"use one of: {', '.join(QUANT_MODES)}")
+    check_weights(folder, allow_pickle=allow_pickle)
+    from transformers import AutoModelForCausalLM
+
+    label = name or str(folder)
+    # trust_remote_code must be a bool: None makes transformers prompt on stdin for repos with code.
+    kwargs: dict[str, Any] = dict(
+        dtype=dtype, device_map={"": device}, trust_remote_code=bool(trust_remote_code)
+    )
+    if not allow_pickle:
+        kwargs["use_safetensors"] = True
+    if quant != "none":
+        kwargs["quantization_config"] = _quant_config(quant, dtype)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+    except ImportError as err:
+        raise ModelLoadError(
+            f"could not load '{label}': {_first_line(err)}", "install the missing package, or drop --quant"
+        ) from err
+    except torch.cuda.OutOfMemoryError as err:
+        raise ModelLoadError(
+            f"'{label}' does not fit in {device} memory",
+            "try --quant 4bit or 8bit, a smaller model, or --device cpu",
+        ) from err
+    except Exception as err:
+        raise ModelLoadError(f"could not load '{label}': {_first_line(err)}", _loader_hint(err)) from err
+    return model.eval()
+
+
+# --------------------------------------------------------------------------- tokenizer agreement
+
+
+def _tokenizer_difference(a, b) -> str | None:
+    """A short description of the first way two tokenizers map tokens differently, or None if they agree."""
+    va, vb = a.get_vocab(), b.get_vocab()
+    if len(va) != len(vb):
+        return f"{len(va)} vs {len(vb)} tokens"
+    if va != vb:
+        for token, idx in va.items():
+            if vb.get(token) != idx:
+                other = "missing" if token not in vb else f"id {vb[token]}"
+                return f"token {token!r} is id {idx} vs {other}"
+    added_a = {i: (t.content, t.special) for i, t in a.added_tokens_decoder.items()}
+    added_b = {i: (t.content, t.special) for i, t in b.added_tokens_decoder.items()}
+    if added_a != added_b:
+        for i in sorted(set(added_a) | set(added_b)):
+            if added_a.get(i) != added_b.get(i):
+                return f"added token {i}: {added_a.get(i)} vs {added_b.get(i)}"
+    return None
+
+
+def same_tokenizer(a, b) -> bool:
+    """True when both tokenizers map every token string to the same id and agree on added/special tokens.
+
+    Embedding rows (`vocab_size`) may differ: models of one family often pad them differently.
+    """
+    return _tokenizer_difference(a, b) is None
+
+
+def check_tokenizers(target_tok, draft_tok, target_name: str, draft_name: str) -> None:
+    """UsageError unless the target and the drafter share one tokenizer."""
+    diff = _tokenizer_difference(target_tok, draft_tok)
+    if diff is None:
+        return
+    raise UsageError(
+        f"target '{target_name}' and drafter '{draft_name}' use different tokenizers ({diff}); speculative "
+        "decoding with a separate drafter needs one shared tokenizer.",
+        "Use a drafter from the target's family, or --strategy none (prompt lookup, --strategy lookup, "
+        "needs no drafter and is planned).",
+    )
+
+
+# --------------------------------------------------------------------------- model facts
+
+_POSITION_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_sequence_length",
+    "seq_length",
+    "n_ctx",
+    "max_seq_len",
+)
+
+
+def model_max_positions(model) -> int | None:
+    """The longest context the model's config declares, or None when it declares none."""
+    config = getattr(model, "config", model)
+    for cfg in (config, getattr(config, "text_config", None)):
+        if cfg is None:
+            continue
+        for key in _POSITION_KEYS:
+            value = getattr(cfg, key, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
+
+
+def _as_ids(value) -> set[int]:
+    if value is None:
+        return set()
+    if isinstance(value, int):
+        return {value}
+    return {int(v) for v in value if v is not None}
+
+
+def eos_token_ids(model, tokenizer) -> set[int]:
+    """Every id that ends generation: generation_config, config and tokenizer EOS together."""
+    ids = _as_ids(getattr(getattr(model, "generation_config", None), "eos_token_id", None))
+    ids |= _as_ids(getattr(getattr(model, "config", None), "eos_token_id", None))
+    ids |= _as_ids(getattr(tokenizer, "eos_token_id", None))
+    return ids

@@ -1,0 +1,1 @@
+"""Renderers consume round events; they never touch models."""

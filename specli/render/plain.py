@@ -1,0 +1,41 @@
+"""Plain output: committed text streamed to a file, a one-line summary for stderr."""
+
+from __future__ import annotations
+
+from typing import Any, TextIO
+
+from specli.events import Round, Stats
+from specli.text import IncrementalDecoder
+
+
+def summary_line(stats: Stats, strategy: str, k: int | None = None) -> str:
+    """One line: rounds, acceptance rate, mean acceptance length, tokens/s."""
+    head = f"{strategy}" + (f" k={k}" if k and strategy != "none" else "")
+    parts = [head, f"{stats.rounds} rounds"]
+    if stats.drafted:
+        parts += [
+            f"acceptance {stats.acceptance_rate:.1%} ({stats.accepted}/{stats.drafted})",
+            f"mean acceptance length {stats.mean_acceptance_length:.2f}",
+        ]
+    parts.append(f"{stats.tokens} tokens in {stats.elapsed:.2f}s = {stats.tokens_per_second:.1f} tok/s")
+    if stats.stop_reason is not None:
+        parts.append(f"stop: {stats.stop_reason.value}")
+    return " · ".join(parts)
+
+
+class PlainWriter:
+    """Streams each round's committed text to `out` as soon as its characters are complete."""
+
+    def __init__(self, tokenizer: Any, out: TextIO) -> None:
+        self.decoder = IncrementalDecoder(tokenizer)
+        self.out = out
+
+    def round(self, r: Round) -> None:
+        text = self.decoder.push(r.committed)
+        if text:
+            self.out.write(text)
+            self.out.flush()
+
+    def close(self) -> None:
+        self.out.write(self.decoder.flush())
+        self.out.flush()

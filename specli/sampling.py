@@ -1,0 +1,53 @@
+"""Logits -> next-token distribution. The SAME function processes the target's p and the drafter's q.
+
+Order and semantics follow transformers' warpers (temperature, then top-k, then top-p) so that the same
+settings mean the same distribution as `model.generate(do_sample=True, ...)`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """temperature 0 means greedy (argmax); top_k 0 and top_p 1.0 mean "off"."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def process_logits(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
+    """Apply temperature, top-k, top-p to logits [..., V] and return probabilities [..., V] (float32).
+
+    Greedy configs (temperature 0) return the one-hot distribution of the argmax.
+    """
+    logits = logits.float()
+    if cfg.greedy:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+    scores = logits / cfg.temperature
+    if cfg.top_k > 0:
+        k = min(cfg.top_k, scores.shape[-1])
+        kth = torch.topk(scores, k, dim=-1).values[..., -1:]
+        scores = scores.masked_fill(scores < kth, -float("inf"))
+    if cfg.top_p < 1.0:
+        sorted_scores, order = torch.sort(scores, dim=-1)  # ascending
+        cumulative = sorted_scores.softmax(-1).cumsum(-1)
+        drop_sorted = cumulative <= (1 - cfg.top_p)
+        drop_sorted[..., -1] = False  # keep at least one token
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        scores = scores.masked_fill(drop, -float("inf"))
+    return scores.softmax(-1)
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """Draw one token id per row of probs [..., V] -> [...] (long)."""
+    flat = probs.reshape(-1, probs.shape[-1])
+    return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])

@@ -1,0 +1,111 @@
+"""Verification as pure functions (GUIDE §3): which drafted tokens the target keeps, and what it adds.
+
+Words (GUIDE §4): of k drafted tokens the first `accepted` are kept; at the first rejection the target
+emits a *correction*; when all k are accepted it emits a *bonus* token from its (k+1)-th distribution.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from specli.sampling import sample
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Outcome of verifying one round's draft.
+
+    drafted: the k drafted ids, on the host.
+    accepted: number of leading draft tokens kept (0..k).
+    token: the correction (accepted < k) or bonus (accepted == k) token id.
+    accept_probs: min(1, p/q) per drafted token (greedy: 1.0 or 0.0), length k.
+    uniforms: the uniform draws u compared with accept_probs (greedy: empty).
+    draft_probs / target_probs: q_i(d_i) and p_i(d_i) per drafted token (sampling only; greedy: empty).
+    target_argmax: the target's argmax at each of the k+1 positions (greedy only; sampling: empty).
+    """
+
+    accepted: int
+    token: int
+    drafted: list[int]
+    accept_probs: list[float]
+    uniforms: list[float]
+    draft_probs: list[float] = field(default_factory=list)
+    target_probs: list[float] = field(default_factory=list)
+    target_argmax: list[int] = field(default_factory=list)
+
+    @property
+    def is_bonus(self) -> bool:
+        return self.accepted == len(self.accept_probs)
+
+
+def verify_greedy(draft_ids: torch.Tensor, target_logits: torch.Tensor) -> Verdict:
+    """Greedy verification. draft_ids [k]; target_logits [k+1, V] -> keep drafts while they equal argmax."""
+    k = draft_ids.shape[0]
+    both = torch.cat([target_logits.argmax(-1), draft_ids.to(target_logits.device)]).tolist()  # one sync
+    target_ids, drafted = both[: k + 1], both[k + 1 :]
+    matches = [d == t for d, t in zip(drafted, target_ids[:k], strict=True)]
+    accepted = next((i for i, ok in enumerate(matches) if not ok), k)
+    return Verdict(
+        accepted=accepted,
+        token=target_ids[accepted],
+        drafted=drafted,
+        accept_probs=[1.0 if ok else 0.0 for ok in matches],
+        uniforms=[],
+        target_argmax=target_ids,
+    )
+
+
+def acceptance_probabilities(p_d: torch.Tensor, q_d: torch.Tensor) -> torch.Tensor:
+    """min(1, p(d) / q(d)) elementwise for the probabilities of the drafted tokens [k] -> [k].
+
+    q(d) is positive for any token actually drawn from q; a zero is treated as "accept iff p(d) > 0".
+    """
+    ratio = torch.where(q_d > 0, p_d / q_d.clamp_min(torch.finfo(q_d.dtype).tiny), (p_d > 0).to(p_d.dtype))
+    return ratio.clamp(max=1.0)
+
+
+def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """normalize(max(0, p - q)) over the last dim; falls back to p where the residual is all zero."""
+    residual = (p - q).clamp_min(0)
+    total = residual.sum(-1, keepdim=True)
+    return torch.where(total > 0, residual / total.clamp_min(torch.finfo(p.dtype).tiny), p)
+
+
+def verify_sampling(
+    draft_ids: torch.Tensor,
+    q: torch.Tensor,
+    p: torch.Tensor,
+    generator: torch.Generator | None,
+) -> Verdict:
+    """Rejection sampling (Leviathan et al. 2022; Chen et al. 2023).
+
+    draft_ids [k] drawn from q [k, V]; p [k+1, V] is the target's processed distribution at each drafted
+    position plus one. Accept d_i with probability min(1, p_i(d_i)/q_i(d_i)); at the first rejection draw
+    the correction from normalize(max(0, p_i - q_i)); if all k are accepted draw the bonus from p_{k+1}.
+    The committed tokens are distributed exactly as the target's own samples.
+    """
+    k = draft_ids.shape[0]
+    p_d = p[:k].gather(-1, draft_ids[:, None]).squeeze(-1)  # [k]
+    q_d = q.gather(-1, draft_ids[:, None]).squeeze(-1)  # [k]
+    accept_probs = acceptance_probabilities(p_d, q_d)  # [k]
+    uniforms = torch.rand(k, generator=generator, device=p.device, dtype=p.dtype)  # [k]
+    # One candidate per outcome, drawn together so the round needs a single host sync:
+    # row i < k is the correction if d_i is the first rejection, row k is the bonus.
+    outcomes = torch.cat([residual_distribution(p[:k], q), p[k:]])  # [k+1, V]
+    candidates = sample(outcomes, generator)  # [k+1]
+    row = torch.cat(
+        [accept_probs, uniforms, q_d, p_d, candidates.to(p.dtype), draft_ids.to(p.dtype)]
+    ).tolist()
+    accept_list, uniform_list = row[:k], row[k : 2 * k]
+    accepted = next((i for i in range(k) if not uniform_list[i] < accept_list[i]), k)
+    return Verdict(
+        accepted=accepted,
+        token=int(row[4 * k + accepted]),
+        drafted=[int(x) for x in row[5 * k + 1 :]],
+        accept_probs=accept_list,
+        uniforms=uniform_list,
+        draft_probs=row[2 * k : 3 * k],
+        target_probs=row[3 * k : 4 * k],
+    )

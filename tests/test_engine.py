@@ -1,0 +1,196 @@
+"""Greedy losslessness against transformers' own generate(), through the loading path users hit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import make_model, save_model
+
+import specli
+from specli.events import StopReason, TokenKind
+
+ARCHS = ["llama", "qwen2", "gpt2", "mistral", "gemma", "opt"]
+PROMPTS = ["def fibonacci(n):", "The quick brown fox", "import os\nfor i in range(10):\n    print("]
+
+
+def reference(pair: specli.Pair, prompt_ids: list[int], max_new_tokens: int, eos: set[int]) -> list[int]:
+    """The target's own greedy generate() with the same stopping rule."""
+    out = pair.target_model.generate(
+        torch.tensor([prompt_ids]),
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        eos_token_id=sorted(eos) or None,
+        pad_token_id=0,
+    )
+    return out[0, len(prompt_ids) :].tolist()
+
+
+@pytest.fixture(scope="module", params=ARCHS)
+def arch_pairs(request, tmp_path_factory, tokenizer):
+    """For one architecture: (target+other drafter pair, target+itself pair), no EOS in the config."""
+    root = tmp_path_factory.mktemp(request.param)
+    vocab = len(tokenizer)
+    target = save_model(
+        root / "t", make_model(request.param, vocab, layers=3, seed=11, eos_token_id=None), tokenizer
+    )
+    draft = save_model(
+        root / "d", make_model(request.param, vocab, layers=1, seed=12, eos_token_id=None), tokenizer
+    )
+    other = specli.load(target=str(target), draft=str(draft), device="cpu")
+    same = specli.load(target=str(target), draft=str(target), device="cpu")
+    for p in (other, same):
+        p.eos_ids = set()  # the tokenizer's EOS (id 0) is tested separately below
+    return other, same
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_greedy_identity(arch_pairs, k):
+    for pair in arch_pairs:
+        for prompt in PROMPTS:
+            ids = pair.encode(prompt, chat=False)
+            expected = reference(pair, ids, 21, set())
+            result = pair.generate(prompt_ids=ids, max_new_tokens=21, num_draft_tokens=k)
+            assert result.token_ids == expected, (pair.draft_name, prompt, k)
+            assert result.stats.tokens == 21 and result.stats.stop_reason is StopReason.MAX_NEW_TOKENS
+
+
+def test_self_drafter_accepts_everything_and_earns_bonus_tokens(arch_pairs):
+    _, same = arch_pairs
+    result = same.generate(
+        prompt_ids=same.encode(PROMPTS[0], chat=False), max_new_tokens=20, num_draft_tokens=3
+    )
+    assert result.stats.acceptance_rate == 1.0
+    assert all(r.kind is TokenKind.BONUS for r in result.rounds)
+    assert [len(r.committed) for r in result.rounds] == [4] * 5
+
+
+@pytest.mark.parametrize("which", ["other", "same"])
+@pytest.mark.parametrize("position", [0, 3, 6])
+def test_eos_inside_the_draft_stops_there(arch_pairs, which, position):
+    pair = arch_pairs[0] if which == "other" else arch_pairs[1]
+    ids = pair.encode(PROMPTS[2], chat=False)
+    free = reference(pair, ids, 20, set())
+    eos = free[position]
+    expected = reference(pair, ids, 20, {eos})
+    assert expected[-1] == eos and len(expected) == free.index(eos) + 1
+    pair.eos_ids = {eos}
+    try:
+        result = pair.generate(prompt_ids=ids, max_new_tokens=20, num_draft_tokens=4)
+    finally:
+        pair.eos_ids = set()
+    assert result.token_ids == expected
+    assert result.stats.stop_reason is StopReason.EOS
+    assert result.rounds[-1].committed[-1] == eos
+
+
+@pytest.mark.parametrize("max_new_tokens", [1, 2, 5, 7, 11])
+def test_max_new_tokens_ending_mid_draft_never_overshoots(arch_pairs, max_new_tokens):
+    for pair in arch_pairs:
+        ids = pair.encode(PROMPTS[1], chat=False)
+        result = pair.generate(prompt_ids=ids, max_new_tokens=max_new_tokens, num_draft_tokens=4)
+        assert result.token_ids == reference(pair, ids, max_new_tokens, set())
+        assert len(result.token_ids) == max_new_tokens
+        assert all(len(r.drafted) <= 4 for r in result.rounds)
+
+
+def test_one_target_forward_and_k_drafter_forwards_per_round(tiny_pair):
+    target_dir, draft_dir = tiny_pair
+    pair = specli.load(target=str(target_dir), draft=str(draft_dir), device="cpu")
+    pair.eos_ids = set()
+    calls = {"target": [], "draft": []}
+    hooks = [
+        pair.target_model.register_forward_hook(
+            lambda m, a, kw, o: calls["target"].append(kw["input_ids"].shape[1]), with_kwargs=True
+        ),
+        pair.draft_model.register_forward_hook(
+            lambda m, a, kw, o: calls["draft"].append(kw["input_ids"].shape[1]), with_kwargs=True
+        ),
+    ]
+    try:
+        prompt = pair.encode("def fibonacci(n):", chat=False)
+        result = pair.generate(prompt_ids=prompt, max_new_tokens=30, num_draft_tokens=3)
+    finally:
+        for h in hooks:
+            h.remove()
+    rounds = result.rounds
+    assert len(calls["target"]) == 1 + len(rounds)  # prefill + one verify per round
+    assert calls["target"][0] == len(prompt) - 1
+    assert calls["target"][1:] == [len(r.drafted) + 1 for r in rounds]
+    drafting_rounds = [r for r in rounds if r.drafted]
+    assert len(calls["draft"]) == 1 + sum(len(r.drafted) for r in drafting_rounds)  # prefill + k per round
+
+
+def test_plain_decoding_is_one_bonus_token_per_round(tiny_pair):
+    pair = specli.load(target=str(tiny_pair[0]), strategy="none", device="cpu")
+    pair.eos_ids = set()
+    ids = pair.encode("class Stack:", chat=False)
+    result = pair.generate(prompt_ids=ids, max_new_tokens=12)
+    assert result.token_ids == reference(pair, ids, 12, set())
+    assert (
+        result.stats.rounds == 12 and result.stats.drafted == 0 and result.stats.mean_acceptance_length == 1.0
+    )
+    assert {r.kind for r in result.rounds} == {TokenKind.BONUS}
+
+
+def test_context_limit_stops_before_overflow(tmp_path, tokenizer):
+    folder = save_model(
+        tmp_path / "m",
+        make_model("llama", len(tokenizer), layers=2, max_positions=24, eos_token_id=None),
+        tokenizer,
+    )
+    pair = specli.load(target=str(folder), draft=str(folder), device="cpu")
+    pair.eos_ids = set()
+    ids = pair.encode("def fibonacci(n):", chat=False)
+    result = pair.generate(prompt_ids=ids, max_new_tokens=100, num_draft_tokens=4)
+    assert len(ids) + len(result.token_ids) == 24
+    assert result.stats.stop_reason is StopReason.CONTEXT
+    assert result.token_ids == reference(pair, ids, 24 - len(ids), set())
+
+
+def test_drafter_with_different_embedding_rows_but_same_tokenizer(tmp_path, tokenizer):
+    """Like Qwen2.5-7B (152064 rows) with 0.5B (151936 rows): one tokenizer, lossless output."""
+    vocab = len(tokenizer)
+    target = save_model(
+        tmp_path / "t", make_model("qwen2", vocab + 64, layers=2, seed=3, eos_token_id=None), tokenizer
+    )
+    draft = save_model(
+        tmp_path / "d", make_model("qwen2", vocab, layers=1, seed=4, eos_token_id=None), tokenizer
+    )
+    for t, d in ((target, draft), (draft, target)):
+        pair = specli.load(target=str(t), draft=str(d), device="cpu")
+        pair.eos_ids = set()
+        ids = pair.encode("def f(x):", chat=False)
+        assert pair.generate(prompt_ids=ids, max_new_tokens=15).token_ids == reference(pair, ids, 15, set())
+
+
+def test_generate_twice_on_one_pair_matches_a_fresh_pair(tiny_pair):
+    target_dir, draft_dir = tiny_pair
+    pair = specli.load(target=str(target_dir), draft=str(draft_dir), device="cpu")
+    first = pair.generate("def fibonacci(n):", max_new_tokens=25, num_draft_tokens=3)
+    pair.generate("something else entirely", max_new_tokens=9, temperature=0.9, seed=3)
+    second = pair.generate("def fibonacci(n):", max_new_tokens=25, num_draft_tokens=3)
+    fresh = specli.load(target=str(target_dir), draft=str(draft_dir), device="cpu").generate(
+        "def fibonacci(n):", max_new_tokens=25, num_draft_tokens=3
+    )
+    assert first.token_ids == second.token_ids == fresh.token_ids
+    assert first.text == pair.decode(first.token_ids)
+
+
+def test_seeded_sampling_is_reproducible(tiny_pair):
+    pair = specli.load(target=str(tiny_pair[0]), draft=str(tiny_pair[1]), device="cpu")
+    a = pair.generate("x = ", max_new_tokens=20, temperature=1.0, top_p=0.9, seed=7)
+    b = pair.generate("x = ", max_new_tokens=20, temperature=1.0, top_p=0.9, seed=7)
+    assert a.token_ids == b.token_ids
+
+
+def test_stop_string_ends_generation_with_the_string(tiny_pair):
+    pair = specli.load(target=str(tiny_pair[0]), draft=str(tiny_pair[1]), device="cpu")
+    pair.eos_ids = set()
+    free = pair.generate("import os", max_new_tokens=30)
+    stop = free.text[8:11]
+    assert stop and stop in free.text
+    result = pair.generate("import os", max_new_tokens=30, stop=[stop])
+    assert result.stats.stop_reason is StopReason.STOP_STRING
+    assert result.text.endswith(stop) or stop in result.text[-len(stop) - 4 :]
+    assert stop not in pair.decode(result.token_ids[:-1])
+    assert result.token_ids == free.token_ids[: len(result.token_ids)]

@@ -1,0 +1,465 @@
+"""Preset schema, YAML loading with file:line: field errors, and lookup by name or path."""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from specli.errors import PresetError, UsageError
+from specli.presets import (
+    GenerationSpec,
+    ModelSpec,
+    Preset,
+    SpeculationSpec,
+    available_presets,
+    builtin_presets_dir,
+    load_preset_file,
+    preset_to_dict,
+    resolve_preset,
+    user_presets_dirs,
+)
+
+REPO_PRESETS = Path(__file__).resolve().parent.parent / "presets"
+SHIPPED = ["llama-8b-1b", "llama-70b-1b", "qwen2.5-7b-0.5b", "qwen2.5-32b-0.5b"]
+
+
+@pytest.fixture(autouse=True)
+def isolated_user_dirs(monkeypatch, tmp_path):
+    """Keep the real ~/.config and $SPECLI_PRESETS out of every test."""
+    monkeypatch.delenv("SPECLI_PRESETS", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+    return path
+
+
+def error_of(path: Path) -> str:
+    with pytest.raises(PresetError) as info:
+        load_preset_file(path)
+    return str(info.value)
+
+
+# --------------------------------------------------------------------------- shipped presets
+
+
+def test_builtin_dir_is_the_repo_presets_folder():
+    assert builtin_presets_dir() == REPO_PRESETS
+    assert set(SHIPPED) <= set(available_presets())
+
+
+@pytest.mark.parametrize("file", sorted(REPO_PRESETS.glob("*.y*ml")), ids=lambda p: p.name)
+def test_every_shipped_preset_parses(file):
+    preset = load_preset_file(file)
+    assert preset.name == file.stem
+    assert preset.description
+    assert preset.source == file.resolve()
+    if preset.strategy == "draft":
+        assert preset.draft is not None
+
+
+@pytest.mark.parametrize(
+    ("name", "target", "quant", "draft"),
+    [
+        ("llama-8b-1b", "meta-llama/Llama-3.1-8B-Instruct", "none", "meta-llama/Llama-3.2-1B-Instruct"),
+        ("llama-70b-1b", "meta-llama/Llama-3.1-70B-Instruct", "4bit", "meta-llama/Llama-3.2-1B-Instruct"),
+        ("qwen2.5-7b-0.5b", "Qwen/Qwen2.5-7B-Instruct", "none", "Qwen/Qwen2.5-0.5B-Instruct"),
+        ("qwen2.5-32b-0.5b", "Qwen/Qwen2.5-32B-Instruct", "4bit", "Qwen/Qwen2.5-0.5B-Instruct"),
+    ],
+)
+def test_shipped_preset_contents(name, target, quant, draft):
+    preset = resolve_preset(name)
+    assert preset.strategy == "draft"
+    assert preset.target.model == target
+    assert preset.target.quantization == quant
+    assert preset.draft is not None and preset.draft.model == draft
+    assert preset.speculation.num_draft_tokens == 4
+    assert preset.generation.max_new_tokens == 256
+    assert preset.generation.temperature == 0.0
+    assert preset.generation.chat_template == "on"
+
+
+def test_llama_8b_target_is_bfloat16_and_notes_mention_token():
+    preset = resolve_preset("llama-8b-1b")
+    assert preset.target.dtype == "bfloat16"
+    assert "HF_TOKEN" in preset.notes
+
+
+# --------------------------------------------------------------------------- schema
+
+
+def test_defaults_fill(tmp_path):
+    path = write(
+        tmp_path,
+        "mini.yaml",
+        """
+        name: mini
+        strategy: lookup
+        target:
+          model: org/model
+    """,
+    )
+    preset = load_preset_file(path)
+    assert preset.description == "" and preset.notes == "" and preset.draft is None
+    assert preset.target == ModelSpec(model="org/model", quantization="none", dtype="auto")
+    assert preset.speculation == SpeculationSpec(
+        num_draft_tokens=4, ngram_min=1, ngram_max=3, exit_layer=None
+    )
+    assert preset.generation == GenerationSpec(
+        max_new_tokens=256, temperature=0.0, top_k=0, top_p=1.0, chat_template="auto"
+    )
+
+
+def test_name_defaults_to_file_stem(tmp_path):
+    path = write(tmp_path, "stemmy.yml", "strategy: none\ntarget: {model: org/model}\n")
+    assert load_preset_file(path).name == "stemmy"
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [("on", "on"), ("off", "off"), ("true", "on"), ("false", "off"), ('"auto"', "auto"), ('"on"', "on")],
+)
+def test_chat_template_accepts_yaml_booleans(tmp_path, raw, expected):
+    path = write(
+        tmp_path, "c.yaml", f"strategy: none\ntarget: {{model: a/b}}\ngeneration:\n  chat_template: {raw}\n"
+    )
+    assert load_preset_file(path).generation.chat_template == expected
+
+
+def test_draft_strategy_is_the_default_and_needs_a_draft():
+    with pytest.raises(ValueError, match="needs a `draft:` model"):
+        Preset(name="x", target=ModelSpec(model="a/b"))
+    preset = Preset(name="x", target=ModelSpec(model="a/b"), draft=ModelSpec(model="a/c"))
+    assert preset.strategy == "draft" and preset.source is None
+
+
+def test_preset_to_dict_is_json_and_has_source(tmp_path):
+    path = write(
+        tmp_path, "d.yaml", "name: d\nstrategy: self\ntarget: {model: a/b}\nspeculation: {exit_layer: 4}\n"
+    )
+    out = preset_to_dict(load_preset_file(path))
+    assert json.loads(json.dumps(out)) == out
+    assert out["source"] == str(path.resolve())
+    assert out["speculation"]["exit_layer"] == 4
+    assert out["target"] == {"model": "a/b", "quantization": "none", "dtype": "auto"}
+    assert preset_to_dict(Preset(name="n", strategy="none", target=ModelSpec(model="a/b")))["source"] is None
+
+
+# --------------------------------------------------------------------------- errors: file, line, field
+
+GOOD_HEAD = """\
+# a comment first, so line numbers are not trivially 1
+name: broken
+strategy: draft
+target:
+  model: org/target
+draft:
+  model: org/draft
+"""
+
+
+@pytest.mark.parametrize(
+    ("tail", "line", "expected"),
+    [
+        # wrong type (line 9)
+        (
+            "speculation:\n  num_draft_tokens: many\n",
+            9,
+            "speculation.num_draft_tokens: Input should be a valid integer",
+        ),
+        (
+            "speculation:\n  num_draft_tokens: true\n",
+            9,
+            "speculation.num_draft_tokens: Input should be a valid integer",
+        ),
+        (
+            "generation:\n  max_new_tokens: 10\n  temperature: -0.5\n",
+            10,
+            "generation.temperature: Input should be greater than or equal to 0",
+        ),
+        ("generation:\n  top_p: 0\n", 9, "generation.top_p: Input should be greater than 0"),
+        ("generation:\n  top_p: 1.5\n", 9, "generation.top_p: Input should be less than or equal to 1"),
+        ("generation:\n  top_k: -1\n", 9, "generation.top_k: Input should be greater than or equal to 0"),
+        (
+            "generation:\n  max_new_tokens: 0\n",
+            9,
+            "generation.max_new_tokens: Input should be greater than or equal to 1",
+        ),
+        (
+            "generation:\n  chat_template: maybe\n",
+            9,
+            "generation.chat_template: Input should be 'auto', 'on' or 'off'",
+        ),
+        (
+            "speculation:\n  num_draft_tokens: 0\n",
+            9,
+            "speculation.num_draft_tokens: Input should be greater than or equal to 1",
+        ),
+        (
+            "speculation:\n  ngram_min: 3\n  ngram_max: 2\n",
+            10,
+            "speculation.ngram_max: ngram_max (2) must be >= ngram_min (3)",
+        ),
+        (
+            "speculation:\n  exit_layer: 0\n",
+            9,
+            "speculation.exit_layer: Input should be greater than or equal to 1",
+        ),
+        # unknown fields, nested and top level
+        (
+            "generation:\n  temperature: 0\n  temprature: 0.7\n",
+            10,
+            "generation.temprature: Extra inputs are not permitted",
+        ),
+        ("\n\nspeculaton:\n  num_draft_tokens: 3\n", 10, "speculaton: Extra inputs are not permitted"),
+        ("description: [a, list]\n", 8, "description: Input should be a valid string"),
+        ("notes: 12\n", 8, "notes: Input should be a valid string"),
+    ],
+)
+def test_field_errors_name_file_line_and_field(tmp_path, tail, line, expected):
+    path = write(tmp_path, "broken.yaml", GOOD_HEAD + tail)
+    message = error_of(path)
+    assert message.startswith(f"{path}:{line}: ")
+    assert expected in message.splitlines()[0]
+    assert len(message.splitlines()) <= 2
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "expected"),
+    [
+        ("# c\nname: x\nstrategy: none\ndescription: no target\n", 2, "target: Field required"),
+        ("# c\nname: x\nstrategy: none\ntarget:\n  dtype: float16\n", 4, "target.model: Field required"),
+        ("name: x\nstrategy: none\ntarget: 5\n", 3, "target: Input should be a valid dictionary"),
+        (
+            "name: x\nstrategy: none\ntarget:\n  model: a/b\n  quantization: 3bit\n",
+            5,
+            "target.quantization: Input should be 'none', '8bit' or '4bit'",
+        ),
+        (
+            "name: x\nstrategy: none\ntarget:\n  model: a/b\n  dtype: fp8\n",
+            5,
+            "target.dtype: Input should be",
+        ),
+        (
+            "name: x\nstrategy: eagle\ntarget: {model: a/b}\n",
+            2,
+            "strategy: Input should be 'draft', 'none', 'lookup' or 'self'",
+        ),
+        (
+            "# c\n\nname: x\ntarget: {model: a/b}\nstrategy: draft\n",
+            5,
+            "strategy: strategy 'draft' needs a `draft:` model",
+        ),
+        ("# c\nname: x\ntarget: {model: a/b}\n", 2, "strategy: strategy 'draft' needs a `draft:` model"),
+        (
+            "name: x\nstrategy: none\ntarget:\n  model: a/b\ntarget:\n  model: c/d\n",
+            5,
+            "duplicate key 'target'",
+        ),
+    ],
+)
+def test_structure_errors(tmp_path, text, line, expected):
+    path = write(tmp_path, "p.yaml", text)
+    message = error_of(path)
+    assert message.startswith(f"{path}:{line}: ")
+    assert expected in message
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("# c\nname: x\ntarget:\n  model: a/b\n dtype: bfloat16\n", 5),
+        ("name: x\ntarget: [a, b\nnotes: y\n", 3),
+        ("name: x\ngeneration:\n  temperature: 0\n  top_p: : 1\n", 4),
+        ("name: x\n\ttarget: y\n", 2),
+    ],
+)
+def test_malformed_yaml(tmp_path, text, line):
+    path = write(tmp_path, "bad.yaml", text)
+    message = error_of(path)
+    assert message.startswith(f"{path}:{line}: invalid YAML: ")
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("- a\n- b\n", "a list"),
+        ("just a string\n", "a string"),
+        ("", "an empty file"),
+        ("# only a comment\n", "an empty file"),
+    ],
+)
+def test_top_level_must_be_a_mapping(tmp_path, text, kind):
+    path = write(tmp_path, "top.yaml", text)
+    message = error_of(path)
+    assert message.startswith(f"{path}:")
+    assert "top level must be a mapping" in message and kind in message
+
+
+def test_several_errors_report_the_first_and_list_the_rest(tmp_path):
+    path = write(
+        tmp_path, "many.yaml", GOOD_HEAD + "generation:\n  top_p: 2\n  temperature: -1\n  top_k: -3\n"
+    )
+    with pytest.raises(PresetError) as info:
+        load_preset_file(path)
+    err = info.value
+    assert err.message == f"{path}:9: generation.top_p: Input should be less than or equal to 1"
+    assert err.hint == "also: line 10 generation.temperature, line 11 generation.top_k"
+
+
+def test_missing_file_names_the_path(tmp_path):
+    missing = tmp_path / "nope.yaml"
+    with pytest.raises(PresetError, match="not found") as info:
+        load_preset_file(missing)
+    assert str(missing) in str(info.value)
+    assert isinstance(info.value, UsageError) and info.value.exit_code == 2
+    with pytest.raises(PresetError, match="not found"):
+        resolve_preset(str(missing))
+
+
+def test_folder_instead_of_file(tmp_path):
+    with pytest.raises(PresetError, match="folder"):
+        load_preset_file(tmp_path)
+
+
+# --------------------------------------------------------------------------- relative model paths
+
+
+def test_relative_model_paths_resolve_against_the_preset_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)  # cwd differs from the preset folder
+    path = write(
+        tmp_path / "conf" / "mine",
+        "local.yaml",
+        """
+        name: local
+        target:
+          model: ./models/target
+        draft:
+          model: ../shared/draft
+    """,
+    )
+    preset = load_preset_file(path)
+    assert preset.target.model == str((tmp_path / "conf" / "mine" / "models" / "target").resolve())
+    assert preset.draft is not None
+    assert preset.draft.model == str((tmp_path / "conf" / "shared" / "draft").resolve())
+
+    other = write(
+        tmp_path / "conf",
+        "home.yaml",
+        """
+        strategy: draft
+        target: {model: ~/models/t}
+        draft: {model: org/hub-id}
+    """,
+    )
+    preset = load_preset_file(other)
+    assert preset.target.model == str((tmp_path / "home" / "models" / "t").resolve())
+    assert preset.draft is not None and preset.draft.model == "org/hub-id"
+
+
+def test_hub_ids_embedded_and_absolute_paths_are_kept(tmp_path):
+    path = write(
+        tmp_path,
+        "abs.yaml",
+        f"""
+        target: {{model: "{tmp_path / "abs"}"}}
+        draft: {{model: "embedded:tiny"}}
+    """,
+    )
+    preset = load_preset_file(path)
+    assert preset.target.model == str(tmp_path / "abs")
+    assert preset.draft is not None and preset.draft.model == "embedded:tiny"
+
+
+# --------------------------------------------------------------------------- lookup
+
+
+def test_unknown_name_suggests_the_nearest():
+    with pytest.raises(PresetError) as info:
+        resolve_preset("lama-8b-1b")
+    message = str(info.value)
+    assert message.startswith("unknown preset 'lama-8b-1b'. Known: ")
+    assert "llama-70b-1b" in message and "qwen2.5-7b-0.5b" in message
+    assert message.endswith("Did you mean 'llama-8b-1b'?")
+
+
+def test_unknown_name_without_close_match():
+    with pytest.raises(PresetError) as info:
+        resolve_preset("zzzzzz")
+    assert "Did you mean" not in str(info.value)
+
+
+def test_user_dir_from_env_overrides_builtin(tmp_path, monkeypatch):
+    user = tmp_path / "user"
+    write(
+        user,
+        "llama-8b-1b.yaml",
+        """
+        name: llama-8b-1b
+        description: my own llama pairing
+        strategy: lookup
+        target: {model: ./here}
+    """,
+    )
+    write(user, "extra.yml", "strategy: none\ntarget: {model: a/b}\n")
+    monkeypatch.setenv("SPECLI_PRESETS", os.pathsep.join([str(tmp_path / "absent"), str(user)]))
+
+    assert user in user_presets_dirs()
+    found = available_presets()
+    assert found["llama-8b-1b"] == user / "llama-8b-1b.yaml"
+    assert found["extra"] == user / "extra.yml"
+    assert found["qwen2.5-7b-0.5b"].parent == REPO_PRESETS  # built-ins still listed
+    assert list(found) == sorted(found)
+
+    preset = resolve_preset("llama-8b-1b")
+    assert preset.description == "my own llama pairing"
+    assert preset.source == (user / "llama-8b-1b.yaml").resolve()
+    assert preset.target.model == str((user / "here").resolve())
+
+
+def test_env_dirs_beat_config_dir_and_first_env_dir_wins(tmp_path, monkeypatch):
+    xdg_presets = tmp_path / "xdg" / "specli" / "presets"
+    write(xdg_presets, "pair.yaml", "description: from config\nstrategy: none\ntarget: {model: a/b}\n")
+    write(xdg_presets, "only-config.yaml", "description: config only\nstrategy: none\ntarget: {model: a/b}\n")
+    assert resolve_preset("pair").description == "from config"
+    assert user_presets_dirs()[-1] == xdg_presets
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    write(first, "pair.yaml", "description: first\nstrategy: none\ntarget: {model: a/b}\n")
+    write(second, "pair.yaml", "description: second\nstrategy: none\ntarget: {model: a/b}\n")
+    monkeypatch.setenv("SPECLI_PRESETS", os.pathsep.join([str(first), str(second)]))
+    assert user_presets_dirs()[:2] == [first, second]
+    assert resolve_preset("pair").description == "first"
+    assert resolve_preset("only-config").description == "config only"
+
+
+def test_config_dir_defaults_to_home_dot_config(tmp_path, monkeypatch):
+    monkeypatch.delenv("XDG_CONFIG_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert user_presets_dirs() == [tmp_path / "home" / ".config" / "specli" / "presets"]
+
+
+def test_yaml_wins_over_yml_in_one_folder(tmp_path, monkeypatch):
+    write(tmp_path / "u", "dup.yml", "description: yml\nstrategy: none\ntarget: {model: a/b}\n")
+    write(tmp_path / "u", "dup.yaml", "description: yaml\nstrategy: none\ntarget: {model: a/b}\n")
+    monkeypatch.setenv("SPECLI_PRESETS", str(tmp_path / "u"))
+    assert available_presets()["dup"].suffix == ".yaml"
+
+
+def test_resolve_by_path(tmp_path, monkeypatch):
+    path = write(tmp_path / "x", "by-path.yaml", "strategy: none\ntarget: {model: a/b}\n")
+    assert resolve_preset(str(path)).name == "by-path"
+    monkeypatch.chdir(tmp_path)
+    preset = resolve_preset("x/by-path.yaml")  # relative to cwd
+    assert preset.source == path.resolve()
+    # an existing file without a YAML suffix is a path too
+    plain = write(tmp_path, "plainfile", "name: plain\nstrategy: none\ntarget: {model: a/b}\n")
+    assert resolve_preset(str(plain)).name == "plain"
