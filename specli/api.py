@@ -13,6 +13,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+from transformers import AutoConfig
+
 from specli import loading
 from specli.cached_lm import CachedLM
 from specli.drafters.base import Drafter
@@ -58,8 +61,8 @@ def check_settings(
 def check_model_options(*, device: str, dtype: str | None, quant: str | None) -> None:
     """Cheap checks of --device/--dtype/--quant before anything loads."""
     loading.resolve_device(device)
-    if dtype is not None and dtype not in ("auto", *loading.DTYPES):
-        raise UsageError(f"unknown dtype '{dtype}'.", "Use one of: auto, float32, float16, bfloat16.")
+    if dtype is not None:
+        loading.resolve_dtype(dtype, torch.device("cpu"))
     if quant is not None and quant not in loading.QUANT_MODES:
         raise UsageError(f"unknown quantization '{quant}'.", "Use one of: none, 8bit, 4bit.")
 
@@ -231,6 +234,14 @@ class Pair:
         return Result(self.decode(tokens), tokens, ids, stats, rounds)
 
 
+def _dtype_for(spec: str, device: torch.device, folder: Any, trust_remote_code: bool) -> torch.dtype:
+    """Resolve a dtype; 'auto' on CUDA consults the checkpoint's own config."""
+    config = None
+    if spec == "auto" and device.type == "cuda":
+        config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
+    return loading.resolve_dtype(spec, device, config)
+
+
 def load(
     preset: str | None = None,
     *,
@@ -269,32 +280,33 @@ def load(
     draft_quant = spec.draft.quantization if spec and spec.draft and not draft else "none"
 
     dev = loading.resolve_device(device)
-    target_dir = loading.resolve_source(target_source, allow_pickle=allow_pickle)
-    tokenizer = loading.load_tokenizer(target_dir, trust_remote_code=trust_remote_code)
+    remote = trust_remote_code
+
+    def fetch(source: str) -> tuple[Any, Any]:
+        folder = loading.resolve_source(source, allow_pickle=allow_pickle, trust_remote_code=remote)
+        return folder, loading.load_tokenizer(folder, trust_remote_code=trust_remote_code, name=source)
+
+    target_dir, tokenizer = fetch(target_source)
     draft_dir = None
     if draft_source is not None:
-        draft_dir = loading.resolve_source(draft_source, allow_pickle=allow_pickle)
-        draft_tokenizer = loading.load_tokenizer(draft_dir, trust_remote_code=trust_remote_code)
+        draft_dir, draft_tokenizer = fetch(draft_source)
         loading.check_tokenizers(tokenizer, draft_tokenizer, target_source, draft_source)
 
-    target_model = loading.load_model(
-        target_dir,
-        device=dev,
-        dtype=loading.resolve_dtype(target_dtype, dev),
-        quant=target_quant,
-        allow_pickle=allow_pickle,
-        trust_remote_code=trust_remote_code,
-    )
-    draft_model = None
-    if draft_dir is not None:
-        draft_model = loading.load_model(
-            draft_dir,
+    def weights(folder: Any, name: str, dtype_spec: str, quant_spec: str) -> Any:
+        return loading.load_model(
+            folder,
             device=dev,
-            dtype=loading.resolve_dtype(draft_dtype, dev),
-            quant=draft_quant,
+            dtype=_dtype_for(dtype_spec, dev, folder, trust_remote_code),
+            quant=quant_spec,
             allow_pickle=allow_pickle,
             trust_remote_code=trust_remote_code,
+            name=name,
         )
+
+    target_model = weights(target_dir, target_source, target_dtype, target_quant)
+    draft_model = None
+    if draft_dir is not None:
+        draft_model = weights(draft_dir, draft_source, draft_dtype, draft_quant)
     return Pair(
         target_model,
         tokenizer,
