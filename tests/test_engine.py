@@ -194,3 +194,22 @@ def test_stop_string_ends_generation_with_the_string(tiny_pair):
     assert result.text.endswith(stop) or stop in result.text[-len(stop) - 4 :]
     assert stop not in pair.decode(result.token_ids[:-1])
     assert result.token_ids == free.token_ids[: len(result.token_ids)]
+
+
+@pytest.mark.parametrize("arch", ["gemma2", "mistral"])
+def test_sliding_window_caches_roll_back_past_the_window(tmp_path, tokenizer, arch):
+    """A window (4) much shorter than the sequence: rejected drafts must still be removable (GUIDE §5)."""
+    vocab = len(tokenizer)
+    untied = dict(eos_token_id=None, sliding_window=4, tie_word_embeddings=False)
+    target = make_model(arch, vocab, layers=2, seed=7, **untied)
+    draft = make_model(arch, vocab, layers=1, seed=8, **untied)
+    pair = specli.load(
+        target=str(save_model(tmp_path / "t", target, tokenizer)),
+        draft=str(save_model(tmp_path / "d", draft, tokenizer)),
+        device="cpu",
+    )
+    pair.eos_ids = set()
+    ids = pair.encode("import os\nfor i in range(10):", chat=False)
+    result = pair.generate(prompt_ids=ids, max_new_tokens=24, num_draft_tokens=3)
+    assert any(r.accepted < len(r.drafted) for r in result.rounds)  # rollbacks happened
+    assert result.token_ids == reference(pair, ids, 24, set())
