@@ -9,6 +9,7 @@ for round in pair.stream("Hello", temperature=0.7, seed=1): ...
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,8 +49,8 @@ def check_settings(
     """Raise UsageError for a value outside its range (the same rules the preset schema applies)."""
     if max_new_tokens < 1:
         raise UsageError(f"max-new-tokens must be at least 1 (got {max_new_tokens}).")
-    if temperature < 0:
-        raise UsageError(f"temperature must be >= 0 (got {temperature}); use 0 for greedy decoding.")
+    if not temperature >= 0 or math.isinf(temperature):
+        raise UsageError(f"temperature must be a number >= 0 (got {temperature}); 0 is greedy decoding.")
     if top_k < 0:
         raise UsageError(f"top-k must be >= 0 (got {top_k}); 0 turns it off.")
     if not 0 < top_p <= 1:

@@ -262,6 +262,7 @@ def assert_user_error(result, exit_code: int, *needles: str) -> str:
     [
         (["--temperature=-1"], "temperature"),
         (["--temperature=-0.5", "--json"], "temperature"),
+        (["--temperature=nan"], "temperature"),
         (["--top-p", "0"], "top-p"),
         (["--top-p", "1.5"], "top-p"),
         (["--top-k=-1"], "top-k"),
