@@ -117,6 +117,8 @@ class Pair:
         self.generation = generation or GenerationSpec()
         self.speculation = speculation or SpeculationSpec()
         self.target = CachedLM(target_model)
+        self.draft = CachedLM(draft_model) if draft_model is not None else None
+        self.draft_max_positions = loading.model_max_positions(draft_model) if self.draft else None
         self.eos_ids = loading.eos_token_ids(target_model, tokenizer)
         self.max_positions = loading.model_max_positions(target_model)
 
@@ -154,11 +156,9 @@ class Pair:
     def _drafter(self, strategy: str) -> Drafter | None:
         if strategy == "none":
             return None
-        if self.draft_model is None:
+        if self.draft is None:
             raise UsageError(f"strategy '{strategy}' needs a drafter model.", "Pass --draft MODEL.")
-        return DraftModelDrafter(
-            CachedLM(self.draft_model), self.target.vocab_size, loading.model_max_positions(self.draft_model)
-        )
+        return DraftModelDrafter(self.draft, self.target.vocab_size, self.draft_max_positions)
 
     def stream(
         self,
