@@ -14,7 +14,7 @@ from time import perf_counter
 import torch
 
 from specli.cached_lm import CachedLM
-from specli.drafters.base import Drafter, Proposal
+from specli.drafters.base import Drafter, Proposal, SharesTargetCache
 from specli.events import Round, StopReason, TokenKind
 from specli.sampling import SamplingConfig, process_logits
 from specli.stopping import StopCriteria
@@ -64,8 +64,11 @@ def generate_rounds(
     cache = target.new_cache()
     if len(prompt_ids) > 1:  # prefill; the LM head runs for one position only
         target.forward(torch.tensor(prompt_ids[:-1]), cache, last_only=True)
+    shared = drafter if isinstance(drafter, SharesTargetCache) else None
     if drafter is not None:
         drafter.reset(prompt_ids)
+    if shared is not None:
+        shared.attach(cache)
     pending = prompt_ids[-1]
     generated: list[int] = []
     context_limit = max_positions if max_positions is not None else 1 << 62
@@ -87,9 +90,11 @@ def generate_rounds(
         _synchronize(device)
         t1 = perf_counter()
 
-        logits = target.forward(
-            torch.cat([torch.tensor([pending], device=device), draft_ids]), cache
-        )  # [k+1, V]
+        ids = torch.cat([torch.tensor([pending], device=device), draft_ids])  # [k+1]
+        if shared is not None and k > 0:
+            logits = shared.verify_forward(ids, cache)  # [k+1, V], reusing the draft's work
+        else:
+            logits = target.forward(ids, cache)  # [k+1, V]
         if sampling.greedy:
             verdict = verify_greedy(draft_ids, logits)
         else:

@@ -7,7 +7,7 @@ an n-gram index, ...). Per round the engine calls `propose(k)` and then `commit(
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -37,3 +37,17 @@ class Drafter(Protocol):
 
     def commit(self, accepted: int, token: int) -> None:
         """The target kept the first `accepted` proposed tokens and appended `token`; update state."""
+
+
+@runtime_checkable
+class SharesTargetCache(Protocol):
+    """A drafter that drafts inside the target's own cache and computes the verify forward itself (self).
+
+    The engine calls `attach(cache)` after the prefill and, in rounds with k > 0 drafted tokens,
+    `verify_forward(ids [k+1], cache) -> logits [k+1, V]` instead of the target's plain forward; the
+    result must equal what that forward would return, and leave k+1 new positions in every layer.
+    """
+
+    def attach(self, cache: Any) -> None: ...
+
+    def verify_forward(self, ids: torch.Tensor, cache: Any) -> torch.Tensor: ...

@@ -1,0 +1,89 @@
+"""`self` strategy: self-speculation (LayerSkip). The target's first E layers + its final norm and LM head
+draft; verification reuses what the draft computed.
+
+Per round, with the shared target cache holding every committed token but `pending`:
+  draft:  pending, d_1 .. d_{k-1} each run through layers [0, E) once (their keys/values stay in the
+          cache); the exit after layer E-1 proposes d_1 .. d_k.
+  verify: d_k runs through layers [0, E); then layers [E, L) run once over the E-1 hidden states of
+          [pending, d_1 .. d_k] -> logits [k+1, V].
+Every layer then holds k+1 new positions, so the engine's rewind (crop) of the rejected ones applies to
+the early and late layers alike. Layers < E never see a drafted position twice.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specli.drafters.base import Proposal
+from specli.layer_stack import LayerStack
+from specli.sampling import SamplingConfig, process_logits, sample
+
+
+class SelfSpeculativeDrafter:
+    """Drafts with the first `exit_layer` layers of the target; owns no cache (attaches the target's)."""
+
+    name = "self"
+
+    def __init__(self, stack: LayerStack, exit_layer: int) -> None:
+        if not 1 <= exit_layer < stack.num_layers:
+            raise ValueError(f"exit_layer must be in [1, {stack.num_layers - 1}] (got {exit_layer})")
+        self.stack = stack
+        self.exit_layer = exit_layer
+        self._cache = None
+        self._length = 0  # committed tokens, pending included
+        self._pending = 0
+        self._hidden: list[torch.Tensor] = []  # [1, 1, d] after layer E-1 for pending, d_1..d_{k-1}
+
+    def reset(self, prompt_ids: list[int]) -> None:
+        self._cache = None
+        self._length = len(prompt_ids)
+        self._pending = prompt_ids[-1]
+        self._hidden = []
+
+    def attach(self, cache) -> None:
+        """Share the target's cache (filled with the prompt but its last token)."""
+        self._cache = cache
+
+    @torch.inference_mode()
+    def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None) -> Proposal:
+        stack, device = self.stack, self.stack.backbone.embed_tokens.weight.device
+        token = torch.tensor([[self._pending]], device=device)  # [1, 1]
+        position = self._length - 1
+        ids: list[torch.Tensor] = []
+        qs: list[torch.Tensor] = []
+        self._hidden = []
+        for step in range(k):
+            hidden = stack.run(stack.embed(token), 0, self.exit_layer, position + step, self._cache)
+            self._hidden.append(hidden)  # [1, 1, d]
+            logits = stack.logits(hidden)[0, -1].float()  # [V]
+            if sampling.greedy:
+                chosen = logits.argmax(-1, keepdim=True)  # [1]
+            else:
+                q = process_logits(logits, sampling)  # [V]
+                chosen = sample(q, generator)[None]
+                qs.append(q)
+            ids.append(chosen)
+            token = chosen[None]  # [1, 1]
+        return Proposal(
+            ids=torch.cat(ids) if ids else torch.empty(0, dtype=torch.long),
+            q=torch.stack(qs) if qs else None,
+            info={"exit_layer": self.exit_layer},
+        )
+
+    @torch.inference_mode()
+    def verify_forward(self, ids: torch.Tensor, cache) -> torch.Tensor:
+        """ids [k+1] = [pending, d_1..d_k] as proposed -> target logits [k+1, V], reusing the draft."""
+        stack = self.stack
+        k = ids.shape[0] - 1
+        if k != len(self._hidden):
+            raise RuntimeError("verify_forward must follow a propose of the same tokens")
+        first = self._length - 1
+        last = stack.run(stack.embed(ids[-1:][None]), 0, self.exit_layer, first + k, cache)  # [1, 1, d]
+        hidden = torch.cat(self._hidden + [last], dim=1)  # [1, k+1, d]
+        hidden = stack.run(hidden, self.exit_layer, stack.num_layers, first, cache)
+        return stack.logits(hidden)[0]  # [k+1, V]
+
+    def commit(self, accepted: int, token: int) -> None:
+        self._length += accepted + 1
+        self._pending = token
+        self._hidden = []
