@@ -21,26 +21,48 @@ from specli import loading
 from specli.cached_lm import CachedLM
 from specli.drafters.base import Drafter
 from specli.drafters.draft_model import DraftModelDrafter
+from specli.drafters.prompt_lookup import PromptLookupDrafter
+from specli.drafters.self_speculative import SelfSpeculativeDrafter
 from specli.engine import EngineConfig, generate_rounds
 from specli.errors import UsageError
 from specli.events import Round, Stats
+from specli.layer_stack import LayerStack, check_architecture, check_layer_stack
 from specli.presets import GenerationSpec, Preset, SpeculationSpec, resolve_preset
 from specli.sampling import SamplingConfig
 from specli.stopping import StopCriteria
 
-STRATEGIES = ("draft", "none")
-PLANNED_STRATEGIES = ("lookup", "self")
+DEFAULT_PRESET = "tiny"
+STRATEGIES = ("draft", "lookup", "self", "none")
+MODEL_FREE_STRATEGIES = ("lookup", "self", "none")  # need no drafter model
 
 
 def check_strategy(strategy: str) -> str:
-    if strategy in PLANNED_STRATEGIES:
-        raise UsageError(
-            f"strategy '{strategy}' is not available in this version of specli.",
-            f"Use one of: {', '.join(STRATEGIES)}.",
-        )
     if strategy not in STRATEGIES:
         raise UsageError(f"unknown strategy '{strategy}'.", f"Use one of: {', '.join(STRATEGIES)}.")
     return strategy
+
+
+def check_ngram(ngram_min: int, ngram_max: int) -> None:
+    """Prompt-lookup n-gram range: 1 <= ngram_min <= ngram_max."""
+    if ngram_min < 1:
+        raise UsageError(f"ngram-min must be at least 1 (got {ngram_min}).")
+    if ngram_max < ngram_min:
+        raise UsageError(f"ngram-max ({ngram_max}) must be at least ngram-min ({ngram_min}).")
+
+
+def check_speculation_options(
+    *, exit_layer: int | None = None, ngram_min: int | None = None, ngram_max: int | None = None
+) -> None:
+    """Cheap checks of --exit-layer / --ngram-min / --ngram-max before anything loads."""
+    if exit_layer is not None and exit_layer < 1:
+        raise UsageError(f"exit-layer must be at least 1 (got {exit_layer}).")
+    low = 1 if ngram_min is None else ngram_min
+    check_ngram(low, max(low, 3) if ngram_max is None else ngram_max)
+
+
+def default_exit_layer(num_layers: int) -> int:
+    """The exit layer used when neither the call nor the preset names one: a quarter of the depth."""
+    return max(1, num_layers // 4)
 
 
 def check_settings(
@@ -116,6 +138,8 @@ class Pair:
         self.draft_name = draft_name
         self.generation = generation or GenerationSpec()
         self.speculation = speculation or SpeculationSpec()
+        if strategy == "self":
+            check_layer_stack(target_model)
         self.target = CachedLM(target_model)
         self.draft = CachedLM(draft_model) if draft_model is not None else None
         self.draft_max_positions = loading.model_max_positions(draft_model) if self.draft else None
@@ -153,9 +177,29 @@ class Pair:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
     # --- generation -----------------------------------------------------------------------------
-    def _drafter(self, strategy: str) -> Drafter | None:
+    def _drafter(
+        self, strategy: str, exit_layer: int | None, ngram_min: int | None, ngram_max: int | None
+    ) -> Drafter | None:
+        spec = self.speculation
         if strategy == "none":
             return None
+        if strategy == "lookup":
+            low = spec.ngram_min if ngram_min is None else ngram_min
+            high = spec.ngram_max if ngram_max is None else ngram_max
+            check_ngram(low, high)
+            return PromptLookupDrafter(low, high)
+        if strategy == "self":
+            stack = LayerStack(self.target_model)
+            layer = exit_layer if exit_layer is not None else spec.exit_layer
+            if layer is None:
+                layer = default_exit_layer(stack.num_layers)
+            if not 1 <= layer < stack.num_layers:
+                raise UsageError(
+                    f"exit layer {layer} is out of range for '{self.target_name}' "
+                    f"({stack.num_layers} layers).",
+                    f"Pick --exit-layer between 1 and {stack.num_layers - 1}.",
+                )
+            return SelfSpeculativeDrafter(stack, layer)
         if self.draft is None:
             raise UsageError(f"strategy '{strategy}' needs a drafter model.", "Pass --draft MODEL.")
         return DraftModelDrafter(self.draft, self.target.vocab_size, self.draft_max_positions)
@@ -174,10 +218,14 @@ class Pair:
         stop: Sequence[str] | None = None,
         chat: bool | None = None,
         strategy: str | None = None,
+        exit_layer: int | None = None,
+        ngram_min: int | None = None,
+        ngram_max: int | None = None,
     ) -> Iterator[Round]:
         """Yield one Round per target forward. `prompt_ids` bypasses tokenization and chat templates.
 
         Unset settings come from the preset. Each call starts from fresh caches and drafter state.
+        exit_layer applies to strategy 'self'; ngram_min/ngram_max to 'lookup'.
         """
         ids = self.prompt_ids(prompt, prompt_ids=prompt_ids, chat=chat)
         g, s = self.generation, self.speculation
@@ -198,7 +246,7 @@ class Pair:
             top_p=config.sampling.top_p,
             num_draft_tokens=config.num_draft_tokens,
         )
-        drafter = self._drafter(check_strategy(strategy or self.strategy))
+        drafter = self._drafter(check_strategy(strategy or self.strategy), exit_layer, ngram_min, ngram_max)
         criteria = StopCriteria(self.eos_ids, tuple(stop or ()), self.decode)
         return generate_rounds(self.target, drafter, ids, config, criteria, self.max_positions)
 
@@ -235,6 +283,17 @@ class Pair:
         return Result(self.decode(tokens), tokens, ids, stats, rounds)
 
 
+def _read_model_type(folder: Any) -> str:
+    """model_type from a model folder's config.json ('?' when it cannot be read)."""
+    import json
+    from pathlib import Path
+
+    try:
+        return str(json.loads((Path(folder) / "config.json").read_text()).get("model_type", "?"))
+    except (OSError, ValueError):
+        return "?"
+
+
 def _dtype_for(spec: str, device: torch.device, folder: Any, trust_remote_code: bool) -> torch.dtype:
     """Resolve a dtype; 'auto' on CUDA consults the checkpoint's own config."""
     config = None
@@ -257,9 +316,13 @@ def load(
 ) -> Pair:
     """Load a pair from a preset name/path and/or explicit models; explicit arguments win over the preset.
 
+    With no preset, target or draft, the embedded `tiny` preset is used (offline, CPU-sized).
+
     `dtype` applies to both models, `quant` to the target only. Tokenizers are compared before any
     weights load.
     """
+    if preset is None and target is None and draft is None:
+        preset = DEFAULT_PRESET
     spec: Preset | None = resolve_preset(preset) if preset else None
     target_source = target or (spec.target.model if spec else None)
     if target_source is None:
@@ -268,7 +331,7 @@ def load(
         )
     draft_source = draft or (spec.draft.model if spec and spec.draft else None)
     strategy = check_strategy(strategy or (spec.strategy if spec else ("draft" if draft_source else "none")))
-    if strategy == "none":
+    if strategy in MODEL_FREE_STRATEGIES:
         draft_source = None
     elif strategy == "draft" and draft_source is None:
         raise UsageError(
@@ -288,6 +351,8 @@ def load(
         return folder, loading.load_tokenizer(folder, trust_remote_code=trust_remote_code, name=source)
 
     target_dir, tokenizer = fetch(target_source)
+    if strategy == "self":  # refuse an unsupported architecture before any weights load
+        check_architecture(_read_model_type(target_dir), "self")
     draft_dir = None
     if draft_source is not None:
         draft_dir, draft_tokenizer = fetch(draft_source)

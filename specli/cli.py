@@ -96,6 +96,8 @@ def _read_prompt(prompt: str) -> str:
 
 @app.command(
     epilog="Examples:\n\n"
+    "  specli generate 'def fibonacci(n):'            # the embedded tiny pair, offline\n\n"
+    "  specli generate 'def fibonacci(n):' --strategy self --exit-layer 3\n\n"
     "  specli generate 'def fibonacci(n):' --target ./target --draft ./drafter\n\n"
     "  specli generate 'Explain KV caches' --preset llama-8b-1b --max-new-tokens 200\n\n"
     "  echo 'Once upon a time' | specli generate - --preset qwen2.5-7b-0.5b \\\n"
@@ -104,12 +106,27 @@ def _read_prompt(prompt: str) -> str:
 def generate(
     prompt: Annotated[str, typer.Argument(help="The prompt text; '-' reads it from stdin.")],
     preset: Annotated[
-        str | None, typer.Option(help="Preset name or YAML path (see `specli presets list`).")
+        str | None,
+        typer.Option(help="Preset name or YAML path (see `specli presets list`); default: tiny (embedded)."),
     ] = None,
     target: Annotated[str | None, typer.Option(help="Target model: local folder or hub id.")] = None,
     draft: Annotated[str | None, typer.Option(help="Drafter model sharing the target's tokenizer.")] = None,
     strategy: Annotated[
-        str | None, typer.Option(help="draft (a drafter model) or none (plain decoding).")
+        str | None,
+        typer.Option(
+            help="draft (a drafter model), lookup (n-grams of prompt + output), self (the target's first "
+            "layers draft) or none (plain decoding). Default: the preset's."
+        ),
+    ] = None,
+    exit_layer: Annotated[
+        int | None,
+        typer.Option(help="self: layers that draft (1 .. layers-1; default: the preset's, else a quarter)."),
+    ] = None,
+    ngram_min: Annotated[
+        int | None, typer.Option(help="lookup: shortest n-gram to match (default 1).")
+    ] = None,
+    ngram_max: Annotated[
+        int | None, typer.Option(help="lookup: longest n-gram to match (default 3).")
     ] = None,
     num_draft_tokens: Annotated[
         int | None, typer.Option("--num-draft-tokens", "-k", help="Tokens drafted per round (k).")
@@ -140,7 +157,7 @@ def generate(
 ) -> None:
     """Generate text with speculative decoding; output is exactly the target's own."""
     import specli
-    from specli.api import check_model_options, check_settings, check_strategy
+    from specli.api import check_model_options, check_settings, check_speculation_options, check_strategy
     from specli.events import Stats
     from specli.render.plain import PlainWriter, summary_line
 
@@ -148,6 +165,7 @@ def generate(
         # cheap checks first, so a typo does not wait for a model to load
         if strategy is not None:
             check_strategy(strategy)
+        check_speculation_options(exit_layer=exit_layer, ngram_min=ngram_min, ngram_max=ngram_max)
         check_model_options(device=device, dtype=dtype, quant=quant)
         check_settings(
             max_new_tokens=1 if max_new_tokens is None else max_new_tokens,
@@ -180,6 +198,9 @@ def generate(
             seed=seed,
             num_draft_tokens=num_draft_tokens,
             stop=stop,
+            exit_layer=exit_layer,
+            ngram_min=ngram_min,
+            ngram_max=ngram_max,
         )
         k = num_draft_tokens or pair.speculation.num_draft_tokens
         stats, collected = Stats(), []

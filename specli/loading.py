@@ -199,12 +199,39 @@ def _hub_error(model: str, err: Exception, offline: bool) -> ModelLoadError:
     )
 
 
+EMBEDDED_PREFIX = "embedded:"
+
+
+def embedded_dir() -> Path:
+    """The folder of the models shipped inside the package (specli/embedded)."""
+    return Path(__file__).resolve().parent / "embedded"
+
+
+def embedded_names() -> list[str]:
+    """Names usable as "embedded:NAME": the folders under embedded_dir() that hold a config.json."""
+    root = embedded_dir()
+    return sorted(p.name for p in root.iterdir() if (p / "config.json").is_file()) if root.is_dir() else []
+
+
+def embedded_model(name: str) -> Path:
+    """ "embedded:NAME" -> its folder inside the package, or a clear error naming the ones that exist."""
+    folder = embedded_dir() / name
+    if name and "/" not in name and (folder / "config.json").is_file():
+        return folder
+    known = (
+        ", ".join(f"embedded:{n}" for n in embedded_names()) or "none (this install has no embedded models)"
+    )
+    raise ModelLoadError(f"no embedded model named '{name}'", f"embedded models: {known}")
+
+
 def resolve_source(model: str, *, allow_pickle: bool = False, trust_remote_code: bool = False) -> Path:
     """A local folder, or a hub id fetched into (or found in) the hub cache -> the folder to load from.
 
     Only configs, tokenizer files, chat templates and safetensors weights are fetched; `allow_pickle` adds
     `*.bin` weights and `trust_remote_code` adds the repo's `*.py` files.
     """
+    if model.startswith(EMBEDDED_PREFIX):
+        return embedded_model(model[len(EMBEDDED_PREFIX) :])
     expanded = Path(os.path.expanduser(model))
     if expanded.is_dir():
         return expanded

@@ -270,7 +270,6 @@ def assert_user_error(result, exit_code: int, *needles: str) -> str:
         (["-k", "-3"], "num-draft-tokens"),
         (["--max-new-tokens", "0"], "max-new-tokens"),
         (["--strategy", "speculate"], "speculate"),
-        (["--strategy", "lookup"], "lookup"),
     ],
 )
 def test_bad_values_are_usage_errors(tiny_pair, args, needle):
@@ -290,8 +289,8 @@ def test_cuda_without_cuda_is_a_runtime_error(tiny_pair):
     assert_user_error(invoke("generate", "hi", *pair_args(tiny_pair), "--device", "cuda"), 1, "CUDA")
 
 
-def test_no_model_given():
-    assert_user_error(invoke("generate", "hi"), 2, "--target")
+def test_a_drafter_without_a_target_is_a_usage_error():
+    assert_user_error(invoke("generate", "hi", "--draft", "./somewhere"), 2, "--target")
 
 
 def test_unknown_preset_lists_known_and_suggests_nearest():
@@ -518,3 +517,54 @@ def test_chat_template_is_applied_by_default_and_can_be_turned_off(chat_model):
 
 def test_chat_on_a_model_without_template_is_a_usage_error(tiny_pair):
     assert_user_error(invoke("generate", "hi", *pair_args(tiny_pair), "--chat"), 2, "chat template")
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ("--strategy", "lookup"),
+        ("--strategy", "lookup", "--ngram-min", "2", "--ngram-max", "4"),
+        ("--strategy", "self", "--exit-layer", "1"),
+        ("--strategy", "self", "--exit-layer", "3", "-k", "6"),
+    ],
+)
+def test_lookup_and_self_from_the_cli_match_plain_decoding(tiny_pair, extra):
+    target, _ = tiny_pair
+    plain = run_json(PROMPT, "--target", str(target), "--strategy", "none", "--max-new-tokens", "30")
+    fast = run_json(PROMPT, "--target", str(target), *extra, "--max-new-tokens", "30")
+    assert fast["token_ids"] == plain["token_ids"]
+    assert fast["stats"]["strategy"] == extra[1]
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (("--strategy", "self", "--exit-layer", "4"), "between 1 and 3"),
+        (("--strategy", "self", "--exit-layer", "0"), "exit-layer"),
+        (("--strategy", "lookup", "--ngram-min", "3", "--ngram-max", "2"), "ngram-max"),
+        (("--strategy", "lookup", "--ngram-min", "0"), "ngram-min"),
+    ],
+)
+def test_bad_speculation_options_are_usage_errors(tiny_pair, args, needle):
+    target, _ = tiny_pair
+    assert_user_error(invoke("generate", "hi", "--target", str(target), *args), 2, needle)
+
+
+def test_self_on_an_unsupported_architecture_is_refused_before_loading(tmp_path, tokenizer):
+    folder = save_model(tmp_path / "gpt2", make_model("gpt2", len(tokenizer)), tokenizer)
+    message = assert_user_error(
+        invoke("generate", "hi", "--target", str(folder), "--strategy", "self"), 2, "gpt2"
+    )
+    assert "draft, lookup or none" in message
+
+
+def test_preset_with_self_strategy_uses_its_exit_layer(tiny_pair, tmp_path):
+    target, _ = tiny_pair
+    preset = tmp_path / "mine.yaml"
+    preset.write_text(
+        f"name: mine\nstrategy: self\ntarget: {{model: '{target}'}}\n"
+        "speculation: {num_draft_tokens: 3, exit_layer: 2}\ngeneration: {max_new_tokens: 12}\n"
+    )
+    out = run_json(PROMPT, "--preset", str(preset))
+    assert out["stats"]["strategy"] == "self"
+    assert {r["info"]["exit_layer"] for r in out["rounds"] if r["drafted"]} == {2}

@@ -1,0 +1,444 @@
+"""Rebuild the embedded `tiny` pair from scratch: corpus -> BPE tokenizer -> LayerSkip target -> distilled
+drafter -> safetensors folders + training.json.
+
+    python -m specli.training.tiny --out ./tiny            # the full recipe (~45 min on 2 CPU cores)
+    python -m specli.training.tiny --out /tmp/t --quick    # a few steps, for tests
+
+The shipped weights in specli/embedded/ come from `--out specli/embedded` with the defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from specli.training.bpe import train_tokenizer
+from specli.training.corpus import Corpus, load_corpus
+from specli.training.layerskip import LayerSkipConfig, depth_logits, distillation_loss, layerskip_loss
+
+TARGET_DIR = "tiny-target"
+DRAFT_DIR = "tiny-draft"
+
+
+@dataclass
+class Recipe:
+    """Every knob of a run; written into training.json."""
+
+    seed: int = 0
+    vocab_size: int = 4096
+    context: int = 512
+    batch_size: int = 8
+    target_hidden: int = 256
+    target_layers: int = 8
+    target_intermediate: int = 704
+    target_heads: int = 4
+    target_steps: int = 1400
+    target_lr: float = 1.5e-3
+    exit_layer: int = 3
+    early_exit: bool = True
+    exit_weights: dict[int, float] = field(default_factory=dict)
+    exit_fraction: float = 0.25
+    max_layer_dropout: float = 0.1
+    draft_hidden: int = 128
+    draft_layers: int = 2
+    draft_intermediate: int = 384
+    draft_heads: int = 4
+    draft_steps: int = 1500
+    draft_lr: float = 3e-3
+    max_files: int | None = None
+    eval_windows: int = 64
+    log_every: int = 10
+
+    def layerskip(self) -> LayerSkipConfig:
+        if not self.early_exit:
+            return LayerSkipConfig()
+        return LayerSkipConfig(self.exit_weights, self.exit_fraction, self.max_layer_dropout)
+
+
+def default_exit_weights(num_layers: int, exit_layer: int) -> dict[int, float]:
+    """0.1 on every intermediate exit, 0.4 on the exit layer and the one below it (the self-draft)."""
+    weights = {depth: 0.1 for depth in range(1, num_layers)}
+    for depth in (exit_layer - 1, exit_layer):
+        if 1 <= depth < num_layers:
+            weights[depth] = 0.4
+    return weights
+
+
+def quick_recipe() -> Recipe:
+    return Recipe(
+        vocab_size=512,
+        context=128,
+        batch_size=4,
+        target_steps=30,
+        draft_steps=30,
+        target_lr=3e-3,
+        max_files=40,
+        eval_windows=4,
+        log_every=5,
+    )
+
+
+# --------------------------------------------------------------------------- data
+
+
+def encode_stream(tokenizer, texts: list[str]) -> torch.Tensor:
+    """All texts tokenized and joined with EOS after each file -> [N] int64."""
+    ids: list[int] = []
+    for encoding in tokenizer.backend_tokenizer.encode_batch(texts, add_special_tokens=False):
+        ids.extend(encoding.ids)
+        ids.append(tokenizer.eos_token_id)
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def random_windows(stream: torch.Tensor, batch: int, length: int, generator: torch.Generator) -> torch.Tensor:
+    """batch random windows of length+1 tokens -> [batch, length+1]."""
+    starts = torch.randint(0, stream.numel() - length - 1, (batch,), generator=generator)
+    return torch.stack([stream[s : s + length + 1] for s in starts.tolist()])
+
+
+def fixed_windows(stream: torch.Tensor, count: int, length: int) -> torch.Tensor:
+    """Up to count consecutive non-overlapping windows of length+1 tokens -> [n, length+1]."""
+    n = min(count, (stream.numel() - 1) // length)
+    return torch.stack([stream[i * length : i * length + length + 1] for i in range(n)])
+
+
+# --------------------------------------------------------------------------- models
+
+
+def llama_config(recipe: Recipe, tokenizer, hidden: int, layers: int, intermediate: int, heads: int):
+    from transformers import LlamaConfig
+
+    eos = tokenizer.eos_token_id
+    return LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=recipe.context,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        bos_token_id=eos,
+        eos_token_id=eos,
+        pad_token_id=eos,
+    )
+
+
+def build_model(config):
+    from transformers import LlamaForCausalLM
+
+    return LlamaForCausalLM(config)
+
+
+def make_optimizer(model, lr: float) -> torch.optim.Optimizer:
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    rest = [p for p in model.parameters() if p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95))
+
+
+def lr_at(step: int, total: int, peak: float) -> float:
+    """Linear warm-up over 5% of the steps, then cosine decay to 10% of peak."""
+    warmup = max(1, total // 20)
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def _autocast():
+    return torch.autocast("cpu", dtype=torch.bfloat16) if _bf16_ok() else torch.autocast("cpu", enabled=False)
+
+
+def _bf16_ok() -> bool:
+    return os.environ.get("SPECLI_TRAIN_FP32", "") != "1"
+
+
+# --------------------------------------------------------------------------- loops
+
+
+def _progress():
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]:.3f}"),
+        TimeRemainingColumn(elapsed_when_finished=True),
+    )
+
+
+def _log_plain(progress, name: str, step: int, total: int, loss: float) -> None:
+    """Without a terminal the bar cannot redraw: print a line every 5% of the steps instead."""
+    if not progress.console.is_terminal and (step + 1) % max(1, total // 20) == 0:
+        progress.console.print(f"{name} step {step + 1}/{total} loss {loss:.3f}")
+
+
+def train_target(model, stream: torch.Tensor, recipe: Recipe) -> list[dict]:
+    """LayerSkip training of the target; returns the logged loss history."""
+    generator = torch.Generator().manual_seed(recipe.seed)
+    skip_generator = torch.Generator().manual_seed(recipe.seed + 1)
+    optimizer = make_optimizer(model, recipe.target_lr)
+    config = recipe.layerskip()
+    history: list[dict] = []
+    model.train()
+    with _progress() as progress:
+        task = progress.add_task("target", total=recipe.target_steps, loss=float("nan"))
+        for step in range(recipe.target_steps):
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, recipe.target_steps, recipe.target_lr)
+            batch = random_windows(stream, recipe.batch_size, recipe.context, generator)
+            with _autocast():
+                loss, parts = layerskip_loss(model, batch, config, skip_generator)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            final = parts[len(model.model.layers)]
+            if step % recipe.log_every == 0 or step == recipe.target_steps - 1:
+                history.append({"step": step, "loss": round(final, 4), "exits": _rounded(parts)})
+            progress.update(task, advance=1, loss=final)
+            _log_plain(progress, "target", step, recipe.target_steps, final)
+    model.eval()
+    return history
+
+
+def distill_draft(draft, target, stream: torch.Tensor, recipe: Recipe) -> list[dict]:
+    """Train the drafter on the target's soft labels (KL(p_target || q_draft)); returns loss history."""
+    generator = torch.Generator().manual_seed(recipe.seed + 2)
+    optimizer = make_optimizer(draft, recipe.draft_lr)
+    history: list[dict] = []
+    draft.train()
+    target.eval()
+    with _progress() as progress:
+        task = progress.add_task("drafter", total=recipe.draft_steps, loss=float("nan"))
+        for step in range(recipe.draft_steps):
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, recipe.draft_steps, recipe.draft_lr)
+            batch = random_windows(stream, recipe.batch_size, recipe.context, generator)[:, :-1]
+            with torch.no_grad(), _autocast():
+                teacher = target(input_ids=batch).logits  # [B, T, V]
+            with _autocast():
+                student = draft(input_ids=batch).logits
+            loss = distillation_loss(student.flatten(0, 1), teacher.flatten(0, 1))
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if step % recipe.log_every == 0 or step == recipe.draft_steps - 1:
+                history.append({"step": step, "kl": round(loss.item(), 4)})
+            progress.update(task, advance=1, loss=loss.item())
+            _log_plain(progress, "drafter", step, recipe.draft_steps, loss.item())
+    draft.eval()
+    return history
+
+
+def _rounded(parts: dict[int, float]) -> dict[str, float]:
+    return {str(k): round(v, 4) for k, v in sorted(parts.items())}
+
+
+@torch.no_grad()
+def evaluate(target, draft, windows: torch.Tensor) -> dict:
+    """Validation CE of every exit depth of the target and of the drafter, and greedy agreement rates.
+
+    agreement_* is the share of positions where the argmax equals the full target's argmax: a proxy for
+    the per-token greedy acceptance of that drafter.
+    """
+    num_layers = len(target.model.layers)
+    depths = list(range(1, num_layers + 1))
+    sums = {d: 0.0 for d in depths}
+    agree = {d: 0 for d in depths[:-1]}
+    draft_ce = 0.0
+    draft_agree = 0
+    count = 0
+    for row in windows:
+        inputs, labels = row[None, :-1], row[None, 1:]
+        logits = depth_logits(target, inputs, depths)
+        final_argmax = logits[num_layers].argmax(-1)
+        for d in depths:
+            sums[d] += F.cross_entropy(logits[d][0], labels[0], reduction="sum").item()
+            if d < num_layers:
+                agree[d] += (logits[d].argmax(-1) == final_argmax).sum().item()
+        if draft is not None:
+            q = draft(input_ids=inputs).logits.float()
+            draft_ce += F.cross_entropy(q[0], labels[0], reduction="sum").item()
+            draft_agree += (q.argmax(-1) == final_argmax).sum().item()
+        count += labels.numel()
+    report = {
+        "tokens": count,
+        "target_loss": round(sums[num_layers] / count, 4),
+        "exit_loss": {str(d): round(sums[d] / count, 4) for d in depths},
+        "exit_agreement": {str(d): round(agree[d] / count, 4) for d in depths[:-1]},
+    }
+    if draft is not None:
+        report["draft_loss"] = round(draft_ce / count, 4)
+        report["draft_agreement"] = round(draft_agree / count, 4)
+    return report
+
+
+def save_model(model, tokenizer, folder: Path) -> None:
+    """float16 safetensors + config + generation config + the shared tokenizer."""
+    from transformers import GenerationConfig
+
+    folder.mkdir(parents=True, exist_ok=True)
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.eos_token_id,
+    )
+    half = model.to(torch.float16)
+    half.save_pretrained(folder)
+    model.to(torch.float32)
+    tokenizer.save_pretrained(folder)
+
+
+def round_trip_half(model) -> None:
+    """Make the in-memory weights equal to what was saved in float16."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.to(torch.float16).to(torch.float32))
+
+
+def count_parameters(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+# --------------------------------------------------------------------------- main
+
+
+def run(out: Path, recipe: Recipe, log=print) -> dict:
+    """The whole recipe; returns (and writes to out/training.json) what it measured."""
+    started = time.perf_counter()
+    torch.manual_seed(recipe.seed)
+    if recipe.early_exit and not recipe.exit_weights:
+        recipe.exit_weights = default_exit_weights(recipe.target_layers, recipe.exit_layer)
+    corpus: Corpus = load_corpus(max_files=recipe.max_files)
+    log(
+        f"corpus: {len(corpus.train)} train files ({corpus.train_chars / 1e6:.1f} M chars), "
+        f"{len(corpus.validation)} validation files from {corpus.root}"
+    )
+    tokenizer = train_tokenizer(corpus.train, recipe.vocab_size)
+    train_stream = encode_stream(tokenizer, corpus.train)
+    valid_stream = encode_stream(tokenizer, corpus.validation)
+    log(
+        f"tokenizer: {len(tokenizer)} tokens; train {train_stream.numel():,} tokens, "
+        f"validation {valid_stream.numel():,} tokens"
+    )
+    windows = fixed_windows(valid_stream, recipe.eval_windows, recipe.context)
+
+    target = build_model(
+        llama_config(
+            recipe,
+            tokenizer,
+            recipe.target_hidden,
+            recipe.target_layers,
+            recipe.target_intermediate,
+            recipe.target_heads,
+        )
+    )
+    log(f"target: {count_parameters(target) / 1e6:.2f} M parameters, {recipe.target_steps} steps")
+    t0 = time.perf_counter()
+    target_history = train_target(target, train_stream, recipe)
+    target_seconds = time.perf_counter() - t0
+    save_model(target, tokenizer, out / TARGET_DIR)
+    round_trip_half(target)
+
+    report: dict = {
+        "recipe": asdict(recipe),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "corpus": {
+            "root": str(corpus.root),
+            "train_files": len(corpus.train),
+            "validation_files": len(corpus.validation),
+            "train_tokens": train_stream.numel(),
+            "validation_tokens": valid_stream.numel(),
+            "validation_names": corpus.validation_names,
+        },
+        "target": {
+            "parameters": count_parameters(target),
+            "seconds": round(target_seconds, 1),
+            "history": target_history,
+        },
+    }
+    draft = None
+    if recipe.draft_steps > 0:
+        draft = build_model(
+            llama_config(
+                recipe,
+                tokenizer,
+                recipe.draft_hidden,
+                recipe.draft_layers,
+                recipe.draft_intermediate,
+                recipe.draft_heads,
+            )
+        )
+        log(f"drafter: {count_parameters(draft) / 1e6:.2f} M parameters, {recipe.draft_steps} steps")
+        t0 = time.perf_counter()
+        draft_history = distill_draft(draft, target, train_stream, recipe)
+        report["draft"] = {
+            "parameters": count_parameters(draft),
+            "seconds": round(time.perf_counter() - t0, 1),
+            "history": draft_history,
+        }
+        save_model(draft, tokenizer, out / DRAFT_DIR)
+        round_trip_half(draft)
+    report["validation"] = evaluate(target, draft, windows)
+    report["seconds"] = round(time.perf_counter() - started, 1)
+    (out / "training.json").write_text(json.dumps(report, indent=1) + "\n")
+    v = report["validation"]
+    log(
+        f"validation: target loss {v['target_loss']}, exit {recipe.exit_layer} loss "
+        f"{v['exit_loss'][str(recipe.exit_layer)]}"
+        + (f", drafter loss {v['draft_loss']}, agreement {v['draft_agreement']}" if draft is not None else "")
+        + f"; {report['seconds']:.0f} s in all"
+    )
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m specli.training.tiny",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--out", type=Path, required=True, help="folder to write tiny-target/, tiny-draft/")
+    parser.add_argument("--quick", action="store_true", help="a few steps on a small corpus (for tests)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--target-steps", type=int)
+    parser.add_argument("--draft-steps", type=int, help="0 skips the drafter")
+    parser.add_argument(
+        "--no-early-exit",
+        action="store_true",
+        help="train the target without early-exit loss and layer dropout (the ablation)",
+    )
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args(argv)
+    recipe = quick_recipe() if args.quick else Recipe()
+    recipe.seed = args.seed
+    if args.target_steps is not None:
+        recipe.target_steps = args.target_steps
+    if args.draft_steps is not None:
+        recipe.draft_steps = args.draft_steps
+    if args.no_early_exit:
+        recipe.early_exit = False
+    torch.set_num_threads(max(1, args.threads))
+    args.out.mkdir(parents=True, exist_ok=True)
+    run(args.out, recipe)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
