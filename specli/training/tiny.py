@@ -55,6 +55,7 @@ class Recipe:
     draft_heads: int = 4
     draft_steps: int = 1500
     draft_lr: float = 3e-3
+    draft_loss: str = "kl"  # kl: distil the target's distributions; ce: the data alone (ablation)
     max_files: int | None = None
     eval_windows: int = 64
     log_every: int = 10
@@ -216,7 +217,8 @@ def train_target(model, stream: torch.Tensor, recipe: Recipe) -> list[dict]:
 
 
 def distill_draft(draft, target, stream: torch.Tensor, recipe: Recipe) -> list[dict]:
-    """Train the drafter on the target's soft labels (KL(p_target || q_draft)); returns loss history."""
+    """Train the drafter on the target's soft labels (KL(p_target || q_draft)), or on the data alone
+    (recipe.draft_loss == "ce"); returns the loss history."""
     generator = torch.Generator().manual_seed(recipe.seed + 2)
     optimizer = make_optimizer(draft, recipe.draft_lr)
     history: list[dict] = []
@@ -227,18 +229,24 @@ def distill_draft(draft, target, stream: torch.Tensor, recipe: Recipe) -> list[d
         for step in range(recipe.draft_steps):
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, recipe.draft_steps, recipe.draft_lr)
-            batch = random_windows(stream, recipe.batch_size, recipe.context, generator)[:, :-1]
-            with torch.no_grad(), _autocast():
-                teacher = target(input_ids=batch).logits  # [B, T, V]
+            window = random_windows(stream, recipe.batch_size, recipe.context, generator)
+            batch, labels = window[:, :-1], window[:, 1:]
+            teacher = None
+            if recipe.draft_loss == "kl":
+                with torch.no_grad(), _autocast():
+                    teacher = target(input_ids=batch).logits  # [B, T, V]
             with _autocast():
                 student = draft(input_ids=batch).logits
-            loss = distillation_loss(student.flatten(0, 1), teacher.flatten(0, 1))
+            if recipe.draft_loss == "kl":
+                loss = distillation_loss(student.flatten(0, 1), teacher.flatten(0, 1))
+            else:  # the ablation: the data's next tokens only
+                loss = F.cross_entropy(student.flatten(0, 1).float(), labels.flatten())
             loss.backward()
             torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             if step % recipe.log_every == 0 or step == recipe.draft_steps - 1:
-                history.append({"step": step, "kl": round(loss.item(), 4)})
+                history.append({"step": step, recipe.draft_loss: round(loss.item(), 4)})
             progress.update(task, advance=1, loss=loss.item())
             _log_plain(progress, "drafter", step, recipe.draft_steps, loss.item())
     draft.eval()
@@ -318,8 +326,11 @@ def count_parameters(model) -> int:
 # --------------------------------------------------------------------------- main
 
 
-def run(out: Path, recipe: Recipe, log=print) -> dict:
-    """The whole recipe; returns (and writes to out/training.json) what it measured."""
+def run(out: Path, recipe: Recipe, log=print, target_from: Path | None = None) -> dict:
+    """The whole recipe; returns (and writes to out/training.json) what it measured.
+
+    target_from: a folder with a trained target; its tokenizer and weights are reused (drafter only).
+    """
     started = time.perf_counter()
     torch.manual_seed(recipe.seed)
     if recipe.early_exit and not recipe.exit_weights:
@@ -329,7 +340,12 @@ def run(out: Path, recipe: Recipe, log=print) -> dict:
         f"corpus: {len(corpus.train)} train files ({corpus.train_chars / 1e6:.1f} M chars), "
         f"{len(corpus.validation)} validation files from {corpus.root}"
     )
-    tokenizer = train_tokenizer(corpus.train, recipe.vocab_size)
+    if target_from is not None:  # reuse a trained target (and its tokenizer): only the drafter trains
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(target_from)
+    else:
+        tokenizer = train_tokenizer(corpus.train, recipe.vocab_size)
     train_stream = encode_stream(tokenizer, corpus.train)
     valid_stream = encode_stream(tokenizer, corpus.validation)
     log(
@@ -338,22 +354,27 @@ def run(out: Path, recipe: Recipe, log=print) -> dict:
     )
     windows = fixed_windows(valid_stream, recipe.eval_windows, recipe.context)
 
-    target = build_model(
-        llama_config(
-            recipe,
-            tokenizer,
-            recipe.target_hidden,
-            recipe.target_layers,
-            recipe.target_intermediate,
-            recipe.target_heads,
+    if target_from is not None:
+        target = AutoModelForCausalLM.from_pretrained(target_from, dtype=torch.float32).eval()
+        target_history, target_seconds = [], 0.0
+        log(f"target: loaded from {target_from}")
+    else:
+        target = build_model(
+            llama_config(
+                recipe,
+                tokenizer,
+                recipe.target_hidden,
+                recipe.target_layers,
+                recipe.target_intermediate,
+                recipe.target_heads,
+            )
         )
-    )
-    log(f"target: {count_parameters(target) / 1e6:.2f} M parameters, {recipe.target_steps} steps")
-    t0 = time.perf_counter()
-    target_history = train_target(target, train_stream, recipe)
-    target_seconds = time.perf_counter() - t0
-    save_model(target, tokenizer, out / TARGET_DIR)
-    round_trip_half(target)
+        log(f"target: {count_parameters(target) / 1e6:.2f} M parameters, {recipe.target_steps} steps")
+        t0 = time.perf_counter()
+        target_history = train_target(target, train_stream, recipe)
+        target_seconds = time.perf_counter() - t0
+        save_model(target, tokenizer, out / TARGET_DIR)
+        round_trip_half(target)
 
     report: dict = {
         "recipe": asdict(recipe),
@@ -424,6 +445,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="train the target without early-exit loss and layer dropout (the ablation)",
     )
+    parser.add_argument(
+        "--draft-loss",
+        choices=("kl", "ce"),
+        default="kl",
+        help="kl: distil the target (default); ce: the data alone (the ablation)",
+    )
+    parser.add_argument("--target-from", type=Path, help="reuse this trained target; train only the drafter")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)
     recipe = quick_recipe() if args.quick else Recipe()
@@ -436,7 +464,8 @@ def main(argv: list[str] | None = None) -> int:
         recipe.early_exit = False
     torch.set_num_threads(max(1, args.threads))
     args.out.mkdir(parents=True, exist_ok=True)
-    run(args.out, recipe)
+    recipe.draft_loss = args.draft_loss
+    run(args.out, recipe, target_from=args.target_from)
     return 0
 
 
