@@ -221,11 +221,13 @@ class Pair:
         exit_layer: int | None = None,
         ngram_min: int | None = None,
         ngram_max: int | None = None,
+        record_top: int = 0,
     ) -> Iterator[Round]:
         """Yield one Round per target forward. `prompt_ids` bypasses tokenization and chat templates.
 
         Unset settings come from the preset. Each call starts from fresh caches and drafter state.
-        exit_layer applies to strategy 'self'; ngram_min/ngram_max to 'lookup'.
+        exit_layer applies to strategy 'self'; ngram_min/ngram_max to 'lookup'. record_top > 0 fills
+        each round's token_source (the top entries of the distribution its last token came from).
         """
         ids = self.prompt_ids(prompt, prompt_ids=prompt_ids, chat=chat)
         g, s = self.generation, self.speculation
@@ -238,6 +240,7 @@ class Pair:
                 top_p=float(g.top_p if top_p is None else top_p),
             ),
             seed=seed,
+            record_top=record_top,
         )
         check_settings(
             max_new_tokens=config.max_new_tokens,

@@ -18,17 +18,19 @@ from specli.drafters.base import Drafter, Proposal, SharesTargetCache
 from specli.events import Round, StopReason, TokenKind
 from specli.sampling import SamplingConfig, process_logits
 from specli.stopping import StopCriteria
-from specli.verify import verify_greedy, verify_sampling
+from specli.verify import token_distribution, verify_greedy, verify_sampling
 
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """max_new_tokens >= 1; num_draft_tokens k >= 1 (ignored without a drafter)."""
+    """max_new_tokens >= 1; num_draft_tokens k >= 1 (ignored without a drafter); record_top > 0 fills
+    each Round's token_source with that many entries (one more host sync per round, for views)."""
 
     max_new_tokens: int
     num_draft_tokens: int = 4
     sampling: SamplingConfig = SamplingConfig()
     seed: int | None = None
+    record_top: int = 0
 
 
 def _synchronize(device: torch.device) -> None:
@@ -38,6 +40,14 @@ def _synchronize(device: torch.device) -> None:
 
 def _one_hot(ids: torch.Tensor, vocab: int) -> torch.Tensor:
     return torch.nn.functional.one_hot(ids, vocab).float()  # [k, V]
+
+
+def _top(dist: torch.Tensor | None, n: int) -> list[tuple[int, float]]:
+    """The n most likely (id, probability) entries of dist [V] that have probability > 0."""
+    if dist is None or n <= 0:
+        return []
+    values, ids = dist.topk(min(n, dist.shape[-1]))
+    return [(int(i), float(v)) for v, i in zip(values.tolist(), ids.tolist(), strict=True) if v > 0]
 
 
 def generate_rounds(
@@ -97,12 +107,14 @@ def generate_rounds(
             logits = target.forward(ids, cache)  # [k+1, V]
         if sampling.greedy:
             verdict = verify_greedy(draft_ids, logits)
+            source = logits[verdict.accepted].float().softmax(-1) if config.record_top else None  # [V]
         else:
             p = process_logits(logits, sampling)  # [k+1, V]
             q = (
                 proposal.q.to(device) if proposal.q is not None else _one_hot(draft_ids, p.shape[-1])
             )  # [k, V]
             verdict = verify_sampling(draft_ids, q, p, generator)
+            source = token_distribution(verdict, p, q) if config.record_top else None  # [V]
         target.rewind(cache, k - verdict.accepted)
         if drafter is not None:
             drafter.commit(verdict.accepted, verdict.token)
@@ -136,6 +148,7 @@ def generate_rounds(
             elapsed=perf_counter() - start,
             stop=reason,
             info=proposal.info,
+            token_source=_top(source, config.record_top),
         )
         if reason is not None:
             return

@@ -41,6 +41,9 @@ class Round:
     committed: the tokens this round appended to the output (accepted drafts + token), cut at a stop.
     stop: why generation ended after this round, or None.
     info: strategy-specific facts for views (e.g. which n-gram matched); JSON-able.
+    token_source: the top (id, probability) entries of the distribution `token` came from: the residual
+        normalize(max(0, p - q)) after a rejection, p after a fully accepted draft (greedy: the target's
+        softmax at that position). Filled only when the engine is asked to (EngineConfig.record_top).
     """
 
     index: int
@@ -59,6 +62,7 @@ class Round:
     elapsed: float
     stop: StopReason | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    token_source: list[tuple[int, float]] = field(default_factory=list)
 
     @property
     def rejected(self) -> list[int]:
@@ -76,6 +80,10 @@ class Round:
         d["kind"] = self.kind.value
         d["stop"] = self.stop.value if self.stop else None
         d["rejected"] = self.rejected
+        if self.token_source:
+            d["token_source"] = [[t, p] for t, p in self.token_source]
+        else:
+            del d["token_source"]
         return d
 
 

@@ -38,3 +38,11 @@ class IncrementalDecoder:
         text = self._decode(self.ids[self._prefix :])
         self._prefix = self._read = len(self.ids)
         return text[len(seen) :]
+
+
+def continuation_text(tokenizer: Any, context: list[int], ids: list[int]) -> str:
+    """The text ids add after context (a few preceding ids give leading spaces and merges right); an
+    incomplete character at the end is left out. For showing tokens that are never committed."""
+    before = tokenizer.decode(list(context), skip_special_tokens=True)
+    after = tokenizer.decode(list(context) + list(ids), skip_special_tokens=True)
+    return after[len(before) :].rstrip("\ufffd") if after.startswith(before) else after.rstrip("\ufffd")

@@ -109,3 +109,12 @@ def verify_sampling(
         draft_probs=row[2 * k : 3 * k],
         target_probs=row[3 * k : 4 * k],
     )
+
+
+def token_distribution(verdict: Verdict, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """The distribution verdict.token was drawn from -> [V]: the residual at the first rejection, or
+    p[k] (the bonus position) after a fully accepted draft. p [k+1, V], q [k, V] as in verify_sampling."""
+    i = verdict.accepted
+    if verdict.is_bonus:
+        return p[i]
+    return residual_distribution(p[i], q[i])

@@ -1,0 +1,103 @@
+"""Tables for `specli bench`: per category and overall, per strategy. Consumes the bench report only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+BARS = " ▁▂▃▄▅▆▇█"
+
+
+def position_bars(rates: list[float]) -> Text:
+    """Per-position acceptance as one bar character per draft position (full block = 100%)."""
+    text = Text()
+    for rate in rates:
+        text.append(BARS[min(len(BARS) - 1, round(rate * (len(BARS) - 1)))], style="#56B4E9")
+    return text
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "–" if value is None else format(value, fmt)
+
+
+def _split(m: dict[str, Any]) -> str:
+    total = m["elapsed_s"] or 1.0
+    return "/".join(
+        f"{100 * m[key] / total:.0f}" for key in ("draft_time_s", "verify_time_s", "other_time_s")
+    )
+
+
+def category_table(category: str, metrics: dict[str, dict[str, Any]]) -> Table:
+    table = Table(title=f"{category}", title_justify="left", header_style="bold")
+    for name, justify in (
+        ("strategy", "left"), ("tok/s", "right"), ("speedup", "right"), ("α", "right"), ("τ", "right"),
+        ("per position", "left"), ("draft/verify/other %", "right"), ("c", "right"), ("v", "right"),
+        ("bound", "right"), ("efficiency", "right"),
+    ):  # fmt: skip
+        table.add_column(name, justify=justify)
+    for strategy, m in metrics.items():
+        table.add_row(
+            strategy,
+            f"{m['tokens_per_second']:.1f}",
+            _num(m["speedup"], ".2f") + ("×" if m["speedup"] is not None else ""),
+            f"{m['acceptance_rate']:.2f}" if m["drafted"] else "–",
+            f"{m['mean_acceptance_length']:.2f}",
+            position_bars(m["per_position_acceptance"]),
+            _split(m),
+            _num(m["c"], ".2f"),
+            _num(m["v"], ".2f"),
+            _num(m["bound"], ".2f"),
+            _num(m["efficiency"], ".0%"),
+        )
+    return table
+
+
+def transformers_table(hf: dict[str, Any], specli_best: dict[str, float]) -> Table:
+    table = Table(
+        title="transformers generate() on the same prompts", title_justify="left", header_style="bold"
+    )
+    table.add_column("mode")
+    table.add_column("tok/s", justify="right")
+    table.add_column("specli / transformers", justify="right")
+    matching = {"plain": "none", "assisted": "draft", "prompt lookup": "lookup", "early exit": "self"}
+    for mode, m in hf.items():
+        if "error" in m:
+            table.add_row(mode, "error", m["error"])
+            continue
+        ours = specli_best.get(matching.get(mode, ""))
+        ratio = f"{ours / m['tokens_per_second']:.2f}× ({matching[mode]})" if ours else "–"
+        table.add_row(mode, f"{m['tokens_per_second']:.1f}", ratio)
+    return table
+
+
+def bench_view(report: dict[str, Any]) -> Group:
+    """All tables: each category, overall last, then transformers and any identity errors."""
+    parts: list[Any] = []
+    summary = report["summary"]
+    for category, metrics in summary.items():
+        parts.append(category_table(category, metrics))
+    s = report["settings"]
+    env = report["environment"]
+    parts.append(
+        Text(
+            f"k={s['num_draft_tokens']} · max_new_tokens={s['max_new_tokens']} · "
+            f"temperature={s['temperature']} · "
+            f"repeats={s['repeats']} (median) · warm-up={s['warmup']} · {env['device']} {env['dtype']} "
+            f"quant={env['quantization']} · threads={env['threads']} · peak memory "
+            f"{env.get('peak_memory_bytes', 0) / 2**20:.0f} MiB\n"
+            "α acceptance rate · τ mean acceptance length (tokens per round) · c draft cost per token and "
+            "v verify cost per round, in plain target steps · bound E(α,k)/(k·c+v) · efficiency = "
+            "speedup / bound",
+            style="dim",
+        )
+    )
+    if report.get("transformers"):
+        overall = summary.get("overall", {})
+        best = {name: m["tokens_per_second"] for name, m in overall.items()}
+        parts.append(transformers_table(report["transformers"], best))
+    for error in report.get("errors", []):
+        parts.append(Text(f"error: {error}", style="bold red"))
+    return Group(*parts)

@@ -1,0 +1,194 @@
+"""The `specli explain` view: one panel per round that walks through draft, verify and commit, and a
+closing summary with the analytic expectation of the mean acceptance length. Consumes Round events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from specli.events import Round, Stats, TokenKind
+from specli.render.styles import KIND_STYLES, visible
+from specli.text import IncrementalDecoder
+
+CONTEXT_CHARS = 80
+
+
+def expected_acceptance_length(alpha: float, k: int) -> float:
+    """E = (1 - alpha^(k+1)) / (1 - alpha): tokens per round when each draft is kept with prob. alpha."""
+    if alpha >= 1.0:
+        return float(k + 1)
+    return (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
+def prob(value: float) -> str:
+    """A probability with three decimals, or two significant digits when smaller than 0.001."""
+    return f"{value:.3f}" if value >= 0.001 or value == 0 else f"{value:.1e}"
+
+
+def token_label(tokenizer: Any, token: int) -> str:
+    """A single token as a quoted literal, e.g. '\\n    return' (special tokens by name)."""
+    text = tokenizer.decode([token], skip_special_tokens=False)
+    return repr(text)
+
+
+class ExplainView:
+    """Builds the per-round panels; keeps the committed text for the context line."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        strategy: str,
+        k: int,
+        greedy: bool,
+        top: int = 5,
+        prompt_ids: list[int] | None = None,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.strategy = strategy
+        self.k = k
+        self.greedy = greedy
+        self.top = top
+        self.decoder = IncrementalDecoder(tokenizer)
+        self.text = Text(visible(self.decoder.push(list(prompt_ids or []))), "dim")  # the prompt, as context
+        self.stats = Stats()
+
+    def _label(self, token: int) -> str:
+        return token_label(self.tokenizer, token)
+
+    def _drafter_line(self, r: Round) -> Text:
+        info = r.info or {}
+        if self.strategy == "lookup":
+            if info.get("ngram"):
+                return Text(
+                    f"lookup: the last {info['ngram']}-gram also occurs at token {info['match_start']} "
+                    f"(of {info['context_length']}); the draft copies what followed it."
+                )
+            return Text(
+                "lookup: no earlier occurrence of the last n-gram; this round is a plain target step."
+            )
+        if self.strategy == "self":
+            return Text(
+                f"self: the target's first {info.get('exit_layer', '?')} layers + its LM head drafted."
+            )
+        if self.strategy == "none":
+            return Text("plain decoding: no draft; the target adds one token.")
+        return Text(f"draft: the drafter model proposed {len(r.drafted)} tokens.")
+
+    def _draft_table(self, r: Round) -> Table:
+        table = Table(box=None, pad_edge=False, header_style="bold")
+        table.add_column("#", justify="right")
+        table.add_column("draft token")
+        if self.greedy:
+            table.add_column("target argmax")
+        else:
+            for name in ("q(x)", "p(x)", "min(1, p/q)", "u"):
+                table.add_column(name, justify="right")
+        table.add_column("")
+        for i, token in enumerate(r.drafted):
+            checked = i <= r.accepted
+            ok = i < r.accepted
+            mark = Text("✓ accepted", KIND_STYLES[TokenKind.ACCEPTED]) if ok else Text("✗ rejected", "bold")
+            if not checked:
+                mark = Text("– not checked", "dim")
+            label = Text(
+                self._label(token), KIND_STYLES[TokenKind.ACCEPTED] if ok else KIND_STYLES[TokenKind.REJECTED]
+            )
+            if self.greedy:
+                table.add_row(str(i + 1), label, self._label(r.target_argmax[i]), mark)
+            else:
+                table.add_row(
+                    str(i + 1),
+                    label,
+                    prob(r.draft_probs[i]),
+                    prob(r.target_probs[i]),
+                    prob(r.accept_probs[i]),
+                    prob(r.uniforms[i]) if checked else "",
+                    mark,
+                )
+        return table
+
+    def _top(self, r: Round) -> str:
+        entries = r.token_source[: self.top]
+        return ", ".join(f"{self._label(t)} {prob(p)}" for t, p in entries)
+
+    def _outcome(self, r: Round) -> Text:
+        token = self._label(r.token)
+        style = KIND_STYLES[r.kind]
+        out = Text()
+        if r.kind is TokenKind.CORRECTION:
+            position = r.accepted + 1
+            if self.greedy:
+                out.append(f"Position {position} was rejected: the draft is not the target's argmax")
+                if r.token_source:
+                    out.append(f" (the target's top entries there: {self._top(r)})")
+                out.append(".\nCorrection (the argmax): ")
+            else:
+                out.append(
+                    f"Position {position} was rejected (u ≥ min(1, p/q)). The correction is drawn from the "
+                    "residual normalize(max(0, p − q))"
+                )
+                if r.token_source:
+                    out.append(f"; its top entries: {self._top(r)}")
+                out.append(".\nCorrection: ")
+            out.append(token, style)
+        elif r.drafted:
+            out.append(
+                f"All {len(r.drafted)} drafts accepted, so the target's distribution at position "
+                f"{len(r.drafted) + 1} (computed in the same forward) gives a bonus token"
+            )
+            if r.token_source:
+                out.append(f"; its top entries: {self._top(r)}")
+            out.append(".\nBonus: ")
+            out.append(token, style)
+        else:
+            out.append("No draft this round: the target's next token (a bonus) ")
+            if r.token_source:
+                out.append(f"from its top entries {self._top(r)}: ")
+            out.append(token, style)
+        return out
+
+    def panel(self, r: Round) -> Panel:
+        """The panel for one round; call rounds in order."""
+        self.stats.observe(r)
+        context = self.text[-CONTEXT_CHARS:] if len(self.text) > CONTEXT_CHARS else self.text.copy()
+        committed = Text()
+        for token, kind in zip(r.committed, r.committed_kinds, strict=True):
+            piece = self.decoder.push([token])
+            if piece:
+                committed.append(visible(piece), KIND_STYLES[kind])
+        self.text.append_text(committed)
+        parts: list[Any] = [
+            Text.assemble(
+                ("context: ", "dim"), ("…" if len(self.text) > CONTEXT_CHARS else "", "dim"), context
+            ),
+            self._drafter_line(r),
+        ]
+        if r.drafted:
+            parts.append(self._draft_table(r))
+        parts.append(self._outcome(r))
+        parts.append(
+            Text.assemble(("committed: ", "bold"), committed or Text("(incomplete character)", "dim"))
+        )
+        if r.stop is not None:
+            parts.append(Text(f"stop: {r.stop.value}", "dim"))
+        title = f"round {r.index + 1} · drafted {len(r.drafted)} · accepted {r.accepted}"
+        return Panel(Group(*parts), title=title, title_align="left")
+
+    def summary(self) -> Panel:
+        s = self.stats
+        lines = [
+            f"rounds {s.rounds} · tokens {s.tokens} · mean acceptance length {s.mean_acceptance_length:.2f}"
+        ]
+        if s.drafted:
+            alpha = s.acceptance_rate
+            expected = expected_acceptance_length(alpha, self.k)
+            lines.append(f"acceptance rate α = {s.accepted}/{s.drafted} = {alpha:.3f}")
+            lines.append(
+                f"analytic E = (1 − α^(k+1)) / (1 − α) = {expected:.2f} tokens per round at k = {self.k}, "
+                f"observed {s.mean_acceptance_length:.2f}"
+            )
+        return Panel(Text("\n".join(lines)), title="summary", title_align="left")
