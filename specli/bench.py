@@ -1,0 +1,448 @@
+"""`specli bench`: run prompt sets through several strategies and the plain-decoding baseline of the same
+target on the same engine, and measure speed, acceptance and cost (GUIDE §4). Prints nothing itself.
+
+Per prompt every strategy starts from fresh drafter state; warm-up runs are not counted; repeats are
+interleaved (the order rotates each repeat) so drift hits all strategies alike; times are medians over
+repeats. Greedy runs must reproduce the baseline's tokens exactly; a difference is an error.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import resource
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specli.errors import UsageError
+from specli.events import Stats
+
+SETS = ("code", "chat")
+BASELINE = "none"
+
+
+@dataclass(frozen=True)
+class BenchPrompt:
+    id: str
+    category: str
+    text: str
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    max_new_tokens: int = 128
+    num_draft_tokens: int = 4
+    temperature: float = 0.0
+    seed: int = 0
+    repeats: int = 1
+    warmup: int = 1
+    exit_layer: int | None = None
+    ngram_min: int | None = None
+    ngram_max: int | None = None
+
+
+@dataclass
+class Measurement:
+    """One generation of one prompt by one strategy."""
+
+    prompt_id: str
+    category: str
+    strategy: str
+    repeat: int
+    tokens: int
+    rounds: int
+    drafted: int
+    accepted: int
+    elapsed_s: float
+    draft_time_s: float
+    verify_time_s: float
+    position_drafted: list[int]
+    position_accepted: list[int]
+    output: list[int] = field(repr=False)
+
+
+# --------------------------------------------------------------------------- prompts
+
+
+def set_path(name: str) -> Path:
+    """The packaged prompt set NAME (code or chat)."""
+    if name not in SETS:
+        raise UsageError(
+            f"unknown prompt set '{name}'.", f"Use one of: {', '.join(SETS)}, or --prompts FILE."
+        )
+    return Path(__file__).resolve().parent / "prompts" / f"{name}.jsonl"
+
+
+def read_prompts(path: Path) -> list[BenchPrompt]:
+    """Spec-Bench question.jsonl (question_id, category, turns: first turn used), JSONL with a "prompt"
+    or "text" field (and optional "id", "category"), or a text file with one prompt per line."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise UsageError(f"cannot read prompts from '{path}': {e.strerror or e}.") from None
+    prompts: list[BenchPrompt] = []
+    jsonl = str(path).endswith((".jsonl", ".json"))
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        if not jsonl:
+            prompts.append(BenchPrompt(str(number), "default", line))
+            continue
+        try:
+            row = json.loads(line)
+            text = row["turns"][0] if "turns" in row else row.get("prompt", row.get("text"))
+            if not isinstance(text, str) or not text:
+                raise ValueError("no 'turns', 'prompt' or 'text' string")
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
+            raise UsageError(f"{path}:{number}: not a prompt record ({e}).") from None
+        ident = str(row.get("question_id", row.get("id", number)))
+        prompts.append(BenchPrompt(ident, str(row.get("category", "default")), text))
+    if not prompts:
+        raise UsageError(f"'{path}' holds no prompts.")
+    return prompts
+
+
+def select_prompts(
+    prompts: list[BenchPrompt], categories: Sequence[str] = (), limit: int | None = None
+) -> list[BenchPrompt]:
+    """Keep the named categories (all when none) and at most `limit` prompts of each."""
+    known = list(dict.fromkeys(p.category for p in prompts))
+    for c in categories:
+        if c not in known:
+            raise UsageError(f"no prompts in category '{c}'.", f"Categories here: {', '.join(known)}.")
+    kept: list[BenchPrompt] = []
+    counts: dict[str, int] = {}
+    for p in prompts:
+        if categories and p.category not in categories:
+            continue
+        if limit is not None and counts.get(p.category, 0) >= limit:
+            continue
+        counts[p.category] = counts.get(p.category, 0) + 1
+        kept.append(p)
+    return kept
+
+
+# --------------------------------------------------------------------------- running
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(
+    pair: Any, prompt: BenchPrompt, ids: list[int], strategy: str, settings: BenchSettings, repeat: int
+):
+    """Generate once and return the Measurement (clocks read after a CUDA synchronize)."""
+    stats = Stats()
+    output: list[int] = []
+    device = pair.target.device
+    _sync(device)
+    start = time.perf_counter()
+    for r in pair.stream(
+        prompt_ids=ids,
+        max_new_tokens=settings.max_new_tokens,
+        temperature=settings.temperature,
+        seed=settings.seed + repeat,
+        num_draft_tokens=settings.num_draft_tokens,
+        strategy=strategy,
+        exit_layer=settings.exit_layer,
+        ngram_min=settings.ngram_min,
+        ngram_max=settings.ngram_max,
+    ):
+        stats.observe(r)
+        output += r.committed
+    _sync(device)
+    elapsed = time.perf_counter() - start
+    return Measurement(
+        prompt_id=prompt.id,
+        category=prompt.category,
+        strategy=strategy,
+        repeat=repeat,
+        tokens=stats.tokens,
+        rounds=stats.rounds,
+        drafted=stats.drafted,
+        accepted=stats.accepted,
+        elapsed_s=elapsed,
+        draft_time_s=stats.draft_time,
+        verify_time_s=stats.verify_time,
+        position_drafted=list(stats.position_drafted),
+        position_accepted=list(stats.position_accepted),
+        output=output,
+    )
+
+
+def encode_prompts(
+    pair: Any, prompts: list[BenchPrompt], chat: bool | None = None
+) -> tuple[list[tuple[BenchPrompt, list[int]]], list[str]]:
+    """(prompt, ids) for prompts that leave room to generate, and a note for each one skipped."""
+    encoded, skipped = [], []
+    for p in prompts:
+        try:
+            encoded.append((p, pair.prompt_ids(p.text, chat=chat)))
+        except UsageError as e:
+            skipped.append(f"prompt {p.id} ({p.category}) skipped: {e.message}")
+    if not encoded:
+        raise UsageError("no prompt fits the model's context.", skipped[0] if skipped else None)
+    return encoded, skipped
+
+
+def run_bench(
+    pair: Any,
+    encoded: list[tuple[BenchPrompt, list[int]]],
+    strategies: Sequence[str],
+    settings: BenchSettings,
+    on_prompt: Callable[[BenchPrompt], None] | None = None,
+) -> list[Measurement]:
+    """Baseline + strategies on every (prompt, ids), repeats interleaved; returns every measurement."""
+    order = [BASELINE] + [s for s in strategies if s != BASELINE]
+    for _ in range(settings.warmup):
+        for strategy in order:
+            measure(pair, encoded[0][0], encoded[0][1], strategy, settings, 0)
+    measurements: list[Measurement] = []
+    for prompt, ids in encoded:
+        for repeat in range(settings.repeats):
+            shift = repeat % len(order)
+            for strategy in order[shift:] + order[:shift]:
+                measurements.append(measure(pair, prompt, ids, strategy, settings, repeat))
+        if on_prompt:
+            on_prompt(prompt)
+    return measurements
+
+
+def identity_errors(measurements: list[Measurement]) -> list[str]:
+    """Greedy: every strategy's tokens must equal the baseline's for the same prompt."""
+    base = {(m.prompt_id, m.repeat): m.output for m in measurements if m.strategy == BASELINE}
+    errors = []
+    for m in measurements:
+        expected = base.get((m.prompt_id, m.repeat))
+        if m.strategy != BASELINE and expected is not None and m.output != expected:
+            cut = next((i for i, (a, b) in enumerate(zip(m.output, expected, strict=False)) if a != b), None)
+            where = f"token {cut}" if cut is not None else f"length {len(m.output)} vs {len(expected)}"
+            errors.append(f"prompt {m.prompt_id}: '{m.strategy}' differs from plain decoding at {where}")
+    return errors
+
+
+# --------------------------------------------------------------------------- summaries
+
+
+def expected_length(alpha: float, k: int) -> float:
+    """E = (1 - alpha^(k+1)) / (1 - alpha), the mean tokens per round for i.i.d. acceptance alpha."""
+    return float(k + 1) if alpha >= 1.0 else (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
+def _median_runs(runs: list[Measurement]) -> Measurement:
+    """The run with the median elapsed time among one prompt's repeats."""
+    ordered = sorted(runs, key=lambda m: m.elapsed_s)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def summarize(measurements: list[Measurement], k: int) -> dict[str, dict[str, dict[str, Any]]]:
+    """{category or "overall": {strategy: metrics}} with GUIDE §4 definitions."""
+    groups: dict[str, list[Measurement]] = {}
+    for m in measurements:
+        groups.setdefault(m.category, []).append(m)
+    groups["overall"] = list(measurements)
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for category, rows in groups.items():
+        per: dict[str, dict[str, Any]] = {}
+        strategies = list(dict.fromkeys(m.strategy for m in rows))
+        for strategy in strategies:
+            mine = [m for m in rows if m.strategy == strategy]
+            by_prompt: dict[str, list[Measurement]] = {}
+            for m in mine:
+                by_prompt.setdefault(m.prompt_id, []).append(m)
+            medians = [_median_runs(v) for v in by_prompt.values()]
+            tokens = sum(m.tokens for m in medians)
+            elapsed = sum(m.elapsed_s for m in medians)
+            draft_t = sum(m.draft_time_s for m in medians)
+            verify_t = sum(m.verify_time_s for m in medians)
+            rounds = sum(m.rounds for m in mine)
+            drafted = sum(m.drafted for m in mine)
+            accepted = sum(m.accepted for m in mine)
+            width = max((len(m.position_drafted) for m in mine), default=0)
+            pos_d = [
+                sum(m.position_drafted[i] for m in mine if i < len(m.position_drafted)) for i in range(width)
+            ]
+            pos_a = [
+                sum(m.position_accepted[i] for m in mine if i < len(m.position_accepted))
+                for i in range(width)
+            ]
+            per[strategy] = {
+                "strategy": strategy,
+                "prompts": len(medians),
+                "tokens": tokens,
+                "rounds": sum(m.rounds for m in medians),
+                "drafted": sum(m.drafted for m in medians),
+                "accepted": sum(m.accepted for m in medians),
+                "acceptance_rate": accepted / drafted if drafted else 0.0,
+                "mean_acceptance_length": sum(m.tokens for m in mine) / rounds if rounds else 0.0,
+                "tokens_per_second": tokens / elapsed if elapsed else 0.0,
+                "elapsed_s": elapsed,
+                "draft_time_s": draft_t,
+                "verify_time_s": verify_t,
+                "other_time_s": max(0.0, elapsed - draft_t - verify_t),
+                "per_position_acceptance": [a / d if d else 0.0 for a, d in zip(pos_a, pos_d, strict=True)],
+                "_medians": medians,
+            }
+        base = per.get(BASELINE)
+        for strategy, metrics in per.items():
+            medians = metrics.pop("_medians")
+            metrics["speedup"] = (
+                metrics["tokens_per_second"] / base["tokens_per_second"]
+                if base and base["tokens_per_second"]
+                else None
+            )
+            if base is None or strategy == BASELINE or not base["tokens"]:
+                metrics.update(c=None, v=None, bound=None, efficiency=None)
+                continue
+            step = base["elapsed_s"] / base["tokens"]  # seconds per plain target step
+            drafted = sum(m.drafted for m in medians)
+            rounds = sum(m.rounds for m in medians)
+            c = (metrics["draft_time_s"] / drafted) / step if drafted else 0.0
+            v = (metrics["verify_time_s"] / rounds) / step if rounds else 0.0
+            bound = expected_length(metrics["acceptance_rate"], k) / (k * c + v) if (k * c + v) > 0 else None
+            metrics.update(
+                c=c,
+                v=v,
+                bound=bound,
+                efficiency=(metrics["speedup"] / bound) if bound and metrics["speedup"] else None,
+            )
+        out[category] = per
+    return out
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """Peak GPU memory allocated (CUDA), else the process's peak resident memory."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def environment(pair: Any, dtype: str | None, quant: str | None) -> dict[str, Any]:
+    import transformers
+
+    import specli
+
+    device = pair.target.device
+    return {
+        "specli": specli.__version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else platform.processor() or "cpu",
+        "dtype": str(next(pair.target_model.parameters()).dtype).replace("torch.", ""),
+        "dtype_option": dtype,
+        "quantization": quant or "none",
+        "threads": torch.get_num_threads(),
+        "target": pair.target_name,
+        "draft": pair.draft_name,
+    }
+
+
+def report(
+    measurements: list[Measurement],
+    settings: BenchSettings,
+    env: dict[str, Any],
+    hf: dict[str, Any] | None,
+    skipped: list[str] | None = None,
+) -> dict[str, Any]:
+    """Everything a later comparison needs: settings, environment, summaries, per-prompt runs, errors."""
+    errors = identity_errors(measurements) if settings.temperature == 0 else []
+    runs = []
+    for m in measurements:
+        row = asdict(m)
+        row["output_tokens"] = len(row.pop("output"))
+        runs.append(row)
+    return {
+        "settings": asdict(settings),
+        "environment": env,
+        "summary": summarize(measurements, settings.num_draft_tokens),
+        "errors": errors,
+        "skipped": skipped or [],
+        "transformers": hf,
+        "runs": runs,
+    }
+
+
+# --------------------------------------------------------------------------- transformers, for comparison
+
+
+def transformers_modes(
+    pair: Any, strategies: Sequence[str], settings: BenchSettings
+) -> dict[str, dict[str, Any]]:
+    """transformers generate() settings that correspond to specli's strategies (same k, constant schedule)."""
+    k = settings.num_draft_tokens
+    modes: dict[str, dict[str, Any]] = {"plain": {}}
+    if "draft" in strategies and pair.draft_model is not None:
+        modes["assisted"] = {
+            "assistant_model": pair.draft_model,
+            "num_assistant_tokens": k,
+            "num_assistant_tokens_schedule": "constant",
+            "assistant_confidence_threshold": 0.0,
+        }
+        modes["assisted (transformers defaults)"] = {"assistant_model": pair.draft_model}
+    if "lookup" in strategies:
+        modes["prompt lookup"] = {
+            "prompt_lookup_num_tokens": k,
+            "max_matching_ngram_size": settings.ngram_max or 3,
+        }
+    if "self" in strategies:
+        from specli.api import default_exit_layer
+
+        layers = pair.target_model.config.num_hidden_layers
+        exit_layer = settings.exit_layer or pair.speculation.exit_layer or default_exit_layer(layers)
+        modes["early exit"] = {"assistant_early_exit": exit_layer, "num_assistant_tokens": k}
+    return modes
+
+
+def run_transformers(
+    pair: Any,
+    encoded: list[tuple[BenchPrompt, list[int]]],
+    strategies: Sequence[str],
+    settings: BenchSettings,
+) -> dict[str, Any]:
+    """tokens/s of transformers' own generate() in each mode over the same prompts (median of repeats)."""
+    model = pair.target_model
+    device = pair.target.device
+    sample = settings.temperature > 0
+    results: dict[str, Any] = {}
+    for name, extra in transformers_modes(pair, strategies, settings).items():
+        tokens = 0
+        elapsed = 0.0
+        try:
+            for _, prompt_ids in encoded:
+                ids = torch.tensor([prompt_ids], device=device)
+                times = []
+                for repeat in range(max(1, settings.repeats)):
+                    torch.manual_seed(settings.seed + repeat)
+                    kwargs = dict(
+                        attention_mask=torch.ones_like(ids),
+                        max_new_tokens=settings.max_new_tokens,
+                        do_sample=sample,
+                        pad_token_id=pair.tokenizer.pad_token_id or (sorted(pair.eos_ids) or [0])[0],
+                        **extra,
+                    )
+                    if sample:
+                        kwargs.update(temperature=settings.temperature, top_k=0, top_p=1.0)
+                    _sync(device)
+                    start = time.perf_counter()
+                    with torch.inference_mode():
+                        out = model.generate(ids, **kwargs)
+                    _sync(device)
+                    times.append(time.perf_counter() - start)
+                tokens += out.shape[1] - ids.shape[1]
+                elapsed += statistics.median(times)
+            results[name] = {"tokens": tokens, "elapsed_s": elapsed, "tokens_per_second": tokens / elapsed}
+        except Exception as e:  # a mode transformers refuses for this model: report, do not abort the bench
+            results[name] = {"error": f"{type(e).__name__}: {e}"[:300]}
+    return results
