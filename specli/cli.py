@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from specli import __version__
 from specli.errors import SpecliError
@@ -94,6 +95,125 @@ def _read_prompt(prompt: str) -> str:
     return prompt
 
 
+PresetOpt = Annotated[
+    str | None,
+    typer.Option(help="Preset name or YAML path (see `specli presets list`); default: tiny (embedded)."),
+]
+TargetOpt = Annotated[str | None, typer.Option(help="Target model: local folder or hub id.")]
+DraftOpt = Annotated[str | None, typer.Option(help="Drafter model sharing the target's tokenizer.")]
+StrategyOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="draft (a drafter model), lookup (n-grams of prompt + output), self (the target's first "
+        "layers draft) or none (plain decoding). Default: the preset's."
+    ),
+]
+ExitLayerOpt = Annotated[
+    int | None,
+    typer.Option(help="self: layers that draft (1 .. layers-1; default: the preset's, else a quarter)."),
+]
+NgramMinOpt = Annotated[int | None, typer.Option(help="lookup: shortest n-gram to match (default 1).")]
+NgramMaxOpt = Annotated[int | None, typer.Option(help="lookup: longest n-gram to match (default 3).")]
+DraftTokensOpt = Annotated[
+    int | None, typer.Option("--num-draft-tokens", "-k", help="Tokens drafted per round (k).")
+]
+MaxNewOpt = Annotated[int | None, typer.Option(help="Most tokens to generate.")]
+TemperatureOpt = Annotated[float | None, typer.Option(help="0 = greedy; > 0 samples.")]
+TopKOpt = Annotated[int | None, typer.Option(help="Keep the k most likely tokens (0 = off).")]
+TopPOpt = Annotated[float | None, typer.Option(help="Nucleus sampling mass in (0, 1] (1 = off).")]
+SeedOpt = Annotated[int | None, typer.Option(help="Seed for reproducible sampling.")]
+StopOpt = Annotated[list[str] | None, typer.Option(help="Stop after this string (repeatable).")]
+DeviceOpt = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")]
+DtypeOpt = Annotated[str | None, typer.Option(help="auto, float32, float16 or bfloat16.")]
+QuantOpt = Annotated[str | None, typer.Option(help="Quantize the target: none, 8bit or 4bit.")]
+ChatOpt = Annotated[
+    bool | None,
+    typer.Option("--chat/--no-chat", help="Apply the chat template (default: when the tokenizer has one)."),
+]
+AllowPickleOpt = Annotated[bool, typer.Option("--allow-pickle", help="Allow loading pickle (.bin) weights.")]
+TrustOpt = Annotated[
+    bool, typer.Option("--trust-remote-code", help="Run model code shipped with the checkpoint.")
+]
+NoColorOpt = Annotated[bool, typer.Option("--no-color", help="No colours (styles stay); NO_COLOR works too.")]
+SaveOpt = Annotated[
+    str | None, typer.Option(help="Also write what the view showed to FILE (.svg or .html).", metavar="FILE")
+]
+VIEWS = ("live", "plain", "none")
+
+
+def _check_save(save: str | None) -> None:
+    if save is not None and not save.lower().endswith((".svg", ".html", ".htm")):
+        from specli.errors import UsageError
+
+        raise UsageError(
+            f"cannot tell the format of '{save}'.", "Give --save a file ending in .svg or .html."
+        )
+
+
+def _load_pair(
+    *,
+    preset: str | None,
+    target: str | None,
+    draft: str | None,
+    strategy: str | None,
+    exit_layer: int | None,
+    ngram_min: int | None,
+    ngram_max: int | None,
+    num_draft_tokens: int | None,
+    max_new_tokens: int | None,
+    temperature: float | None,
+    top_k: int | None,
+    top_p: float | None,
+    device: str,
+    dtype: str | None,
+    quant: str | None,
+    allow_pickle: bool,
+    trust_remote_code: bool,
+) -> Any:
+    """Cheap checks first (so a typo does not wait for a model to load), then load with a spinner."""
+    import specli
+    from specli.api import check_model_options, check_settings, check_speculation_options, check_strategy
+
+    if strategy is not None:
+        check_strategy(strategy)
+    check_speculation_options(exit_layer=exit_layer, ngram_min=ngram_min, ngram_max=ngram_max)
+    check_model_options(device=device, dtype=dtype, quant=quant)
+    check_settings(
+        max_new_tokens=1 if max_new_tokens is None else max_new_tokens,
+        temperature=0.0 if temperature is None else temperature,
+        top_k=0 if top_k is None else top_k,
+        top_p=1.0 if top_p is None else top_p,
+        num_draft_tokens=1 if num_draft_tokens is None else num_draft_tokens,
+    )
+    _quiet_transformers()
+    with _stderr().status("loading models…", spinner="dots"):
+        return specli.load(
+            preset,
+            target=target,
+            draft=draft,
+            strategy=strategy,
+            device=device,
+            dtype=dtype,
+            quant=quant,
+            allow_pickle=allow_pickle,
+            trust_remote_code=trust_remote_code,
+        )
+
+
+def _save_view(renderable: Any, path: str, width: int, title: str) -> None:
+    """Render into a recording console and write SVG or HTML (by extension)."""
+    import io
+
+    console = Console(
+        record=True, file=io.StringIO(), width=width, force_terminal=True, color_system="truecolor"
+    )
+    console.print(renderable)
+    if path.lower().endswith(".svg"):
+        console.save_svg(path, title=title)
+    else:
+        console.save_html(path)
+
+
 @app.command(
     epilog="Examples:\n\n"
     "  specli generate 'def fibonacci(n):'            # the embedded tiny pair, offline\n\n"
@@ -105,89 +225,57 @@ def _read_prompt(prompt: str) -> str:
 )
 def generate(
     prompt: Annotated[str, typer.Argument(help="The prompt text; '-' reads it from stdin.")],
-    preset: Annotated[
-        str | None,
-        typer.Option(help="Preset name or YAML path (see `specli presets list`); default: tiny (embedded)."),
-    ] = None,
-    target: Annotated[str | None, typer.Option(help="Target model: local folder or hub id.")] = None,
-    draft: Annotated[str | None, typer.Option(help="Drafter model sharing the target's tokenizer.")] = None,
-    strategy: Annotated[
+    preset: PresetOpt = None,
+    target: TargetOpt = None,
+    draft: DraftOpt = None,
+    strategy: StrategyOpt = None,
+    exit_layer: ExitLayerOpt = None,
+    ngram_min: NgramMinOpt = None,
+    ngram_max: NgramMaxOpt = None,
+    num_draft_tokens: DraftTokensOpt = None,
+    max_new_tokens: MaxNewOpt = None,
+    temperature: TemperatureOpt = None,
+    top_k: TopKOpt = None,
+    top_p: TopPOpt = None,
+    seed: SeedOpt = None,
+    stop: StopOpt = None,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = None,
+    quant: QuantOpt = None,
+    chat: ChatOpt = None,
+    allow_pickle: AllowPickleOpt = False,
+    trust_remote_code: TrustOpt = False,
+    view: Annotated[
         str | None,
         typer.Option(
-            help="draft (a drafter model), lookup (n-grams of prompt + output), self (the target's first "
-            "layers draft) or none (plain decoding). Default: the preset's."
+            help="live (coloured tokens, the default in a terminal), plain (streamed text; the default "
+            "when piped) or none (the text at the end)."
         ),
     ] = None,
-    exit_layer: Annotated[
-        int | None,
-        typer.Option(help="self: layers that draft (1 .. layers-1; default: the preset's, else a quarter)."),
-    ] = None,
-    ngram_min: Annotated[
-        int | None, typer.Option(help="lookup: shortest n-gram to match (default 1).")
-    ] = None,
-    ngram_max: Annotated[
-        int | None, typer.Option(help="lookup: longest n-gram to match (default 3).")
-    ] = None,
-    num_draft_tokens: Annotated[
-        int | None, typer.Option("--num-draft-tokens", "-k", help="Tokens drafted per round (k).")
-    ] = None,
-    max_new_tokens: Annotated[int | None, typer.Option(help="Most tokens to generate.")] = None,
-    temperature: Annotated[float | None, typer.Option(help="0 = greedy; > 0 samples.")] = None,
-    top_k: Annotated[int | None, typer.Option(help="Keep the k most likely tokens (0 = off).")] = None,
-    top_p: Annotated[float | None, typer.Option(help="Nucleus sampling mass in (0, 1] (1 = off).")] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed for reproducible sampling.")] = None,
-    stop: Annotated[list[str] | None, typer.Option(help="Stop after this string (repeatable).")] = None,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
-    dtype: Annotated[str | None, typer.Option(help="auto, float32, float16 or bfloat16.")] = None,
-    quant: Annotated[str | None, typer.Option(help="Quantize the target: none, 8bit or 4bit.")] = None,
-    chat: Annotated[
-        bool | None,
-        typer.Option(
-            "--chat/--no-chat", help="Apply the chat template (default: when the tokenizer has one)."
-        ),
-    ] = None,
-    allow_pickle: Annotated[
-        bool, typer.Option("--allow-pickle", help="Allow loading pickle (.bin) weights.")
-    ] = False,
-    trust_remote_code: Annotated[
-        bool, typer.Option("--trust-remote-code", help="Run model code shipped with the checkpoint.")
-    ] = False,
+    no_color: NoColorOpt = False,
+    save: SaveOpt = None,
     as_json: JsonOpt = False,
     debug: DebugOpt = False,
 ) -> None:
     """Generate text with speculative decoding; output is exactly the target's own."""
     import specli
-    from specli.api import check_model_options, check_settings, check_speculation_options, check_strategy
     from specli.events import Stats
     from specli.render.plain import PlainWriter, summary_line
 
     with _user_errors(debug):
-        # cheap checks first, so a typo does not wait for a model to load
-        if strategy is not None:
-            check_strategy(strategy)
-        check_speculation_options(exit_layer=exit_layer, ngram_min=ngram_min, ngram_max=ngram_max)
-        check_model_options(device=device, dtype=dtype, quant=quant)
-        check_settings(
-            max_new_tokens=1 if max_new_tokens is None else max_new_tokens,
-            temperature=0.0 if temperature is None else temperature,
-            top_k=0 if top_k is None else top_k,
-            top_p=1.0 if top_p is None else top_p,
-            num_draft_tokens=1 if num_draft_tokens is None else num_draft_tokens,
-        )
+        if view is not None and view not in VIEWS:
+            from specli.errors import UsageError
+
+            raise UsageError(f"unknown view '{view}'.", f"Use one of: {', '.join(VIEWS)}.")
+        _check_save(save)
         text = _read_prompt(prompt)
-        _quiet_transformers()
-        with _stderr().status("loading models…", spinner="dots"):
-            pair = specli.load(
-                preset,
-                target=target,
-                draft=draft,
-                strategy=strategy,
-                device=device,
-                dtype=dtype,
-                quant=quant,
-                allow_pickle=allow_pickle,
-                trust_remote_code=trust_remote_code,
-            )
+        pair = _load_pair(
+            preset=preset, target=target, draft=draft, strategy=strategy, exit_layer=exit_layer,
+            ngram_min=ngram_min, ngram_max=ngram_max, num_draft_tokens=num_draft_tokens,
+            max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+            device=device, dtype=dtype, quant=quant, allow_pickle=allow_pickle,
+            trust_remote_code=trust_remote_code,
+        )  # fmt: skip
         ids = pair.prompt_ids(text, chat=chat)
         rounds = pair.stream(
             prompt_ids=ids,
@@ -203,31 +291,276 @@ def generate(
             ngram_max=ngram_max,
         )
         k = num_draft_tokens or pair.speculation.num_draft_tokens
+        stdout = Console(highlight=False, no_color=no_color or None, soft_wrap=True)
+        mode = view or ("live" if stdout.is_terminal else "plain")
         stats, collected = Stats(), []
-        writer = None if as_json else PlainWriter(pair.tokenizer, sys.stdout)
         interrupted = False
-        try:
-            for r in rounds:
-                stats.observe(r)
-                collected.append(r)
-                if writer:
-                    writer.round(r)
-        except KeyboardInterrupt:
-            interrupted = True
-        tokens = [t for r in collected for t in r.committed]
         if as_json:
+            try:
+                for r in rounds:
+                    stats.observe(r)
+                    collected.append(r)
+            except KeyboardInterrupt:
+                interrupted = True
+            tokens = [t for r in collected for t in r.committed]
             result = specli.Result(pair.decode(tokens), tokens, ids, stats, collected).to_dict()
             result["stats"].update(strategy=pair.strategy, num_draft_tokens=k, interrupted=interrupted)
             typer.echo(json.dumps(result, ensure_ascii=False))
+            if interrupted:
+                raise typer.Exit(130)
+            return
+        from specli.render.live import LiveView, TokenView
+
+        token_view = TokenView(pair.tokenizer, pair.strategy, k)
+        if mode == "live":
+            with LiveView(token_view, stdout) as live:
+                try:
+                    for r in rounds:
+                        live.round(r)
+                except KeyboardInterrupt:
+                    interrupted = True
+            stats = token_view.stats
+            if interrupted:
+                _stderr().print("interrupted: showing what was generated so far", markup=False)
         else:
-            writer.close()
+            writer = PlainWriter(pair.tokenizer, sys.stdout) if mode == "plain" else None
+            try:
+                for r in rounds:
+                    token_view.add(r)
+                    if writer:
+                        writer.round(r)
+            except KeyboardInterrupt:
+                interrupted = True
+            token_view.finish()
+            stats = token_view.stats
+            if writer:
+                writer.close()
+            else:
+                sys.stdout.write(pair.decode([t for t in token_view.decoder.ids]))
             sys.stdout.write("\n")
             sys.stdout.flush()
             if interrupted:
                 _stderr().print("interrupted: showing what was generated so far", markup=False)
             _stderr().print(summary_line(stats, pair.strategy, k), markup=False)
+        if save:
+            _save_view(token_view.renderable(), save, max(stdout.width, 80), "specli generate")
         if interrupted:
             raise typer.Exit(130)
+
+
+@app.command(
+    epilog="Examples:\n\n"
+    "  specli explain 'def fibonacci(n):' --temperature 0.8 --seed 1\n\n"
+    "  specli explain 'def fibonacci(n):' --rounds 5 --step            # Enter between rounds\n\n"
+    "  specli explain 'for i in range(10):' --strategy lookup --pace 0 --save rounds.svg",
+)
+def explain(
+    prompt: Annotated[str, typer.Argument(help="The prompt text; '-' reads it from stdin.")],
+    preset: PresetOpt = None,
+    target: TargetOpt = None,
+    draft: DraftOpt = None,
+    strategy: StrategyOpt = None,
+    exit_layer: ExitLayerOpt = None,
+    ngram_min: NgramMinOpt = None,
+    ngram_max: NgramMaxOpt = None,
+    num_draft_tokens: DraftTokensOpt = None,
+    max_new_tokens: MaxNewOpt = None,
+    temperature: TemperatureOpt = None,
+    top_k: TopKOpt = None,
+    top_p: TopPOpt = None,
+    seed: SeedOpt = None,
+    stop: StopOpt = None,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = None,
+    quant: QuantOpt = None,
+    chat: ChatOpt = None,
+    allow_pickle: AllowPickleOpt = False,
+    trust_remote_code: TrustOpt = False,
+    rounds_limit: Annotated[
+        int | None, typer.Option("--rounds", help="Stop after this many rounds.", min=1)
+    ] = None,
+    pace: Annotated[float, typer.Option(help="Seconds to pause between rounds (0 for none).", min=0)] = 1.0,
+    step: Annotated[bool, typer.Option("--step", help="Wait for Enter between rounds.")] = False,
+    top: Annotated[int, typer.Option(help="Entries of a distribution to show.", min=1)] = 5,
+    no_color: NoColorOpt = False,
+    save: SaveOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Walk through speculative decoding round by round: each draft, its check, the correction or bonus."""
+    import time
+
+    from specli.render.explain import ExplainView
+
+    with _user_errors(debug):
+        _check_save(save)
+        text = _read_prompt(prompt)
+        pair = _load_pair(
+            preset=preset, target=target, draft=draft, strategy=strategy, exit_layer=exit_layer,
+            ngram_min=ngram_min, ngram_max=ngram_max, num_draft_tokens=num_draft_tokens,
+            max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+            device=device, dtype=dtype, quant=quant, allow_pickle=allow_pickle,
+            trust_remote_code=trust_remote_code,
+        )  # fmt: skip
+        ids = pair.prompt_ids(text, chat=chat)
+        rounds = pair.stream(
+            prompt_ids=ids,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            seed=seed,
+            num_draft_tokens=num_draft_tokens,
+            stop=stop,
+            exit_layer=exit_layer,
+            ngram_min=ngram_min,
+            ngram_max=ngram_max,
+            record_top=top,
+        )
+        k = num_draft_tokens or pair.speculation.num_draft_tokens
+        temp = pair.generation.temperature if temperature is None else temperature
+        out = Console(highlight=False, no_color=no_color or None)
+        explained = ExplainView(pair.tokenizer, pair.strategy, k, greedy=temp == 0, top=top, prompt_ids=ids)
+        shown: list[Any] = []
+        out.print(Text.assemble(("prompt: ", "bold"), text))
+        interrupted = False
+        try:
+            for r in rounds:
+                panel = explained.panel(r)
+                shown.append(panel)
+                out.print(panel)
+                if rounds_limit is not None and r.index + 1 >= rounds_limit:
+                    break
+                if r.stop is None:
+                    if step:
+                        input()
+                    elif pace > 0:
+                        time.sleep(pace)
+        except (KeyboardInterrupt, EOFError) as e:
+            interrupted = isinstance(e, KeyboardInterrupt)
+        summary = explained.summary()
+        shown.append(summary)
+        out.print(summary)
+        if save:
+            from rich.console import Group
+
+            _save_view(Group(*shown), save, max(out.width, 100), "specli explain")
+        if interrupted:
+            raise typer.Exit(130)
+
+
+@app.command(
+    epilog="Examples:\n\n"
+    "  specli bench                                    # the embedded pair on its code prompt set\n\n"
+    "  specli bench --strategy draft --strategy lookup --strategy self --category editing\n\n"
+    "  specli bench --preset llama-70b-1b --set chat --limit 10 --compare-hf --json run.json\n\n"
+    "  specli bench --preset qwen2.5-7b-0.5b --prompts question.jsonl    # Spec-Bench format",
+)
+def bench(
+    preset: PresetOpt = None,
+    target: TargetOpt = None,
+    draft: DraftOpt = None,
+    strategy: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Strategy to measure (repeatable; default: the preset's). Plain decoding always runs."
+        ),
+    ] = None,
+    prompts: Annotated[
+        str | None,
+        typer.Option(help="Prompts: Spec-Bench question.jsonl, JSONL with 'prompt', or text lines."),
+    ] = None,
+    prompt_set: Annotated[
+        str | None, typer.Option("--set", help="A packaged prompt set: code or chat (default: by the model).")
+    ] = None,
+    category: Annotated[list[str] | None, typer.Option(help="Only this category (repeatable).")] = None,
+    limit: Annotated[int | None, typer.Option(help="At most N prompts per category.", min=1)] = None,
+    max_new_tokens: Annotated[int, typer.Option(help="Tokens generated per prompt.", min=1)] = 128,
+    num_draft_tokens: DraftTokensOpt = None,
+    temperature: Annotated[float, typer.Option(help="0 = greedy (outputs are checked for identity).")] = 0.0,
+    seed: Annotated[int, typer.Option(help="Seed for sampling runs.")] = 0,
+    repeats: Annotated[int, typer.Option(help="Runs per prompt and strategy (median).", min=1)] = 1,
+    warmup: Annotated[int, typer.Option(help="Uncounted warm-up runs per strategy.", min=0)] = 1,
+    exit_layer: ExitLayerOpt = None,
+    ngram_min: NgramMinOpt = None,
+    ngram_max: NgramMaxOpt = None,
+    compare_hf: Annotated[
+        bool, typer.Option("--compare-hf", help="Also time transformers' own (assisted) generate().")
+    ] = False,
+    json_file: Annotated[
+        str | None, typer.Option("--json", help="Write every measurement and the environment to FILE.")
+    ] = None,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = None,
+    quant: QuantOpt = None,
+    chat: ChatOpt = None,
+    allow_pickle: AllowPickleOpt = False,
+    trust_remote_code: TrustOpt = False,
+    debug: DebugOpt = False,
+) -> None:
+    """Measure strategies against plain decoding (and transformers) on prompt sets, per category."""
+    from pathlib import Path
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from specli import bench as b
+    from specli.api import check_strategy
+    from specli.errors import UsageError
+    from specli.render.bench import bench_view
+
+    with _user_errors(debug):
+        strategies = list(dict.fromkeys(check_strategy(s) for s in strategy or []))
+        if prompts and prompt_set:
+            raise UsageError("give --prompts or --set, not both.")
+        source = Path(prompts) if prompts else (b.set_path(prompt_set) if prompt_set else None)
+        loaded = b.read_prompts(source) if source else None
+        load_strategy = ("draft" if "draft" in strategies else strategies[0]) if strategies else None
+        pair = _load_pair(
+            preset=preset, target=target, draft=draft, strategy=load_strategy, exit_layer=exit_layer,
+            ngram_min=ngram_min, ngram_max=ngram_max, num_draft_tokens=num_draft_tokens,
+            max_new_tokens=max_new_tokens, temperature=temperature, top_k=None, top_p=None,
+            device=device, dtype=dtype, quant=quant, allow_pickle=allow_pickle,
+            trust_remote_code=trust_remote_code,
+        )  # fmt: skip
+        strategies = strategies or [pair.strategy]
+        if loaded is None:
+            loaded = b.read_prompts(b.set_path("chat" if pair.uses_chat(chat) else "code"))
+        selected = b.select_prompts(loaded, category or [], limit)
+        settings = b.BenchSettings(
+            max_new_tokens=max_new_tokens,
+            num_draft_tokens=num_draft_tokens or pair.speculation.num_draft_tokens,
+            temperature=temperature,
+            seed=seed,
+            repeats=repeats,
+            warmup=warmup,
+            exit_layer=exit_layer,
+            ngram_min=ngram_min,
+            ngram_max=ngram_max,
+        )
+        err = _stderr()
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+        encoded, skipped = b.encode_prompts(pair, selected, chat)
+        for note in skipped:
+            err.print(f"warning: {note}", markup=False)
+        with Progress(*columns, console=err, transient=True) as progress:
+            task = progress.add_task("bench", total=len(encoded))
+            measurements = b.run_bench(
+                pair, encoded, strategies, settings, on_prompt=lambda p: progress.advance(task)
+            )
+            hf = None
+            if compare_hf:
+                progress.update(task, description="transformers")
+                hf = b.run_transformers(pair, encoded, strategies, settings)
+        env = b.environment(pair, dtype, quant)
+        env["peak_memory_bytes"] = b.peak_memory_bytes(pair.target.device)
+        result = b.report(measurements, settings, env, hf, skipped)
+        out = Console(highlight=False)
+        if not out.is_terminal:
+            out = Console(highlight=False, width=150)
+        out.print(bench_view(result))
+        if json_file:
+            Path(json_file).write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+        if result["errors"]:
+            raise typer.Exit(1)
 
 
 def _preset_row(name: str, path: Any) -> list[str]:
