@@ -200,6 +200,28 @@ def _load_pair(
         )
 
 
+LOAD_OPTIONS = (
+    "preset", "target", "draft", "strategy", "exit_layer", "ngram_min", "ngram_max", "num_draft_tokens",
+    "max_new_tokens", "temperature", "top_k", "top_p", "device", "dtype", "quant", "allow_pickle",
+    "trust_remote_code",
+)  # fmt: skip
+STREAM_OPTIONS = (
+    "max_new_tokens", "temperature", "top_k", "top_p", "seed", "num_draft_tokens", "stop", "exit_layer",
+    "ngram_min", "ngram_max",
+)  # fmt: skip
+
+
+def _prepare(options: dict[str, Any], record_top: int = 0) -> tuple[Any, list[int], str, Iterator[Any]]:
+    """From a command's options (its locals): read the prompt, load the pair, start the rounds."""
+    text = _read_prompt(options["prompt"])
+    pair = _load_pair(**{key: options[key] for key in LOAD_OPTIONS})
+    ids = pair.prompt_ids(text, chat=options["chat"])
+    rounds = pair.stream(
+        prompt_ids=ids, record_top=record_top, **{key: options[key] for key in STREAM_OPTIONS}
+    )
+    return pair, ids, text, rounds
+
+
 def _save_view(renderable: Any, path: str, width: int, title: str) -> None:
     """Render into a recording console and write SVG or HTML (by extension)."""
     import io
@@ -268,28 +290,7 @@ def generate(
 
             raise UsageError(f"unknown view '{view}'.", f"Use one of: {', '.join(VIEWS)}.")
         _check_save(save)
-        text = _read_prompt(prompt)
-        pair = _load_pair(
-            preset=preset, target=target, draft=draft, strategy=strategy, exit_layer=exit_layer,
-            ngram_min=ngram_min, ngram_max=ngram_max, num_draft_tokens=num_draft_tokens,
-            max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-            device=device, dtype=dtype, quant=quant, allow_pickle=allow_pickle,
-            trust_remote_code=trust_remote_code,
-        )  # fmt: skip
-        ids = pair.prompt_ids(text, chat=chat)
-        rounds = pair.stream(
-            prompt_ids=ids,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            seed=seed,
-            num_draft_tokens=num_draft_tokens,
-            stop=stop,
-            exit_layer=exit_layer,
-            ngram_min=ngram_min,
-            ngram_max=ngram_max,
-        )
+        pair, ids, text, rounds = _prepare(locals())
         k = num_draft_tokens or pair.speculation.num_draft_tokens
         stdout = Console(highlight=False, no_color=no_color or None, soft_wrap=True)
         mode = view or ("live" if stdout.is_terminal else "plain")
@@ -393,29 +394,7 @@ def explain(
 
     with _user_errors(debug):
         _check_save(save)
-        text = _read_prompt(prompt)
-        pair = _load_pair(
-            preset=preset, target=target, draft=draft, strategy=strategy, exit_layer=exit_layer,
-            ngram_min=ngram_min, ngram_max=ngram_max, num_draft_tokens=num_draft_tokens,
-            max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-            device=device, dtype=dtype, quant=quant, allow_pickle=allow_pickle,
-            trust_remote_code=trust_remote_code,
-        )  # fmt: skip
-        ids = pair.prompt_ids(text, chat=chat)
-        rounds = pair.stream(
-            prompt_ids=ids,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            seed=seed,
-            num_draft_tokens=num_draft_tokens,
-            stop=stop,
-            exit_layer=exit_layer,
-            ngram_min=ngram_min,
-            ngram_max=ngram_max,
-            record_top=top,
-        )
+        pair, ids, text, rounds = _prepare(locals(), record_top=top)
         k = num_draft_tokens or pair.speculation.num_draft_tokens
         temp = pair.generation.temperature if temperature is None else temperature
         out = Console(highlight=False, no_color=no_color or None)

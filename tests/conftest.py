@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
+
+from specli.training.bpe import train_tokenizer
 
 EOS = "<|endoftext|>"
 CORPUS = [
@@ -24,18 +25,10 @@ CORPUS = [
 
 
 def build_tokenizer(vocab_size: int = 384) -> PreTrainedTokenizerFast:
-    """A byte-level BPE trained on a few lines: round-trips any text, EOS is id 0."""
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=[EOS],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(CORPUS * 4, trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, bos_token=EOS)
+    """A byte-level BPE trained on a few lines (the recipe's own trainer): round-trips any text, EOS id 0."""
+    tokenizer = train_tokenizer(CORPUS * 4, vocab_size)
+    tokenizer.bos_token = EOS
+    return tokenizer
 
 
 def tiny_config(

@@ -54,16 +54,16 @@ def warpers(cfg: SamplingConfig) -> LogitsProcessorList:
 
 
 @torch.no_grad()
-def exact_joint(target, cfg: SamplingConfig) -> torch.Tensor:
-    """P(t1, t2) [V, V] by enumeration with transformers' warpers."""
+def exact_joint(target, cfg: SamplingConfig, prompt: list[int] = PROMPT) -> torch.Tensor:
+    """P(t1, t2) [V, V] after prompt, by enumeration with transformers' warpers."""
     w = warpers(cfg)
 
     def dist(ids):
         logits = target(torch.tensor([ids])).logits[:, -1].float()
         return w(torch.tensor([ids]), logits).softmax(-1)[0]
 
-    first = dist(PROMPT)
-    return torch.stack([first[a] * dist(PROMPT + [a]) for a in range(V)])
+    first = dist(prompt)
+    return torch.stack([first[a] * dist(prompt + [a]) for a in range(V)])
 
 
 def empirical_joint(target, drafter, cfg: SamplingConfig, k: int = 2) -> tuple[torch.Tensor, float]:

@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 from conftest import make_model
-from test_lossless_sampling import V, g_test_pvalue, warpers
+from test_lossless_sampling import V, exact_joint, g_test_pvalue
 
 from specli.api import Pair
 from specli.cached_lm import CachedLM
@@ -156,18 +156,6 @@ LOOKUP_PROMPT = [1, 5, 2, 4, 0, 1, 5, 2]  # the target gives the looked-up 4, 0 
 RUNS = 2500
 
 
-@torch.no_grad()
-def exact_joint(target, prompt, cfg):
-    w = warpers(cfg)
-
-    def dist(ids):
-        logits = target(torch.tensor([ids])).logits[:, -1].float()
-        return w(torch.tensor([ids]), logits).softmax(-1)[0]
-
-    first = dist(prompt)
-    return torch.stack([first[a] * dist(prompt + [a]) for a in range(V)])
-
-
 def empirical_joint(target, make_drafter, prompt, cfg, k=2):
     counts, drafted, accepted = torch.zeros(V, V), 0, 0
     lm = CachedLM(target)
@@ -194,7 +182,7 @@ def test_sampling_follows_the_target_distribution(sampling_target, strategy):
     else:
         stack = LayerStack(sampling_target)
         prompt, make = [1, 5, 2, 7, 3], lambda: SelfSpeculativeDrafter(stack, 1)
-    exact = exact_joint(sampling_target, prompt, cfg)
+    exact = exact_joint(sampling_target, cfg, prompt)
     observed, acceptance = empirical_joint(sampling_target, make, prompt, cfg)
     assert 0.05 < acceptance < 0.95  # both acceptances and rejections happen
     assert g_test_pvalue(observed, exact) > 1e-3
