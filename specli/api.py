@@ -286,6 +286,31 @@ class Pair:
         return Result(self.decode(tokens), tokens, ids, stats, rounds)
 
 
+def _check_memory(
+    models: list[tuple[Any, str, str, str]], device: torch.device, trust_remote_code: bool
+) -> None:
+    """Before any weights load: stop with figures and options when the pair cannot fit the device."""
+    import json
+    import os
+    from pathlib import Path
+
+    from specli import memory
+
+    if os.environ.get("SPECLI_NO_MEMORY_CHECK") == "1":
+        return
+    needs = []
+    for folder, name, dtype_spec, quant_spec in models:
+        try:
+            shape = memory.Shape.from_config(json.loads((Path(folder) / "config.json").read_text()))
+            dtype = _dtype_for(dtype_spec, device, folder, trust_remote_code)
+            dtype_bytes = torch.finfo(dtype).bits // 8
+            estimate = memory.estimate(shape, dtype_bytes, quant_spec, memory.PLAN_CONTEXT)
+        except (OSError, ValueError, TypeError, KeyError, ZeroDivisionError):
+            return  # an unusual config: no estimate, no check
+        needs.append(memory.Need(name, str(dtype).replace("torch.", ""), quant_spec, estimate))
+    memory.check_fits(needs, device, memory.free_bytes(device))
+
+
 def _read_model_type(folder: Any) -> str:
     """model_type from a model folder's config.json ('?' when it cannot be read)."""
     import json
@@ -360,6 +385,13 @@ def load(
     if draft_source is not None:
         draft_dir, draft_tokenizer = fetch(draft_source)
         loading.check_tokenizers(tokenizer, draft_tokenizer, target_source, draft_source)
+
+    _check_memory(
+        [(target_dir, target_source, target_dtype, target_quant)]
+        + ([(draft_dir, draft_source, draft_dtype, draft_quant)] if draft_dir is not None else []),
+        dev,
+        trust_remote_code,
+    )
 
     def weights(folder: Any, name: str, dtype_spec: str, quant_spec: str) -> Any:
         return loading.load_model(

@@ -406,6 +406,7 @@ def test_presets_list_json():
     known = available_presets()
     assert [p["name"] for p in data] == list(known)
     for entry in data:
+        assert entry.pop("estimated_memory_bytes") > 0 and entry.pop("estimated_memory_context") == 4096
         assert entry == preset_to_dict(load_preset_file(known[entry["name"]]))
 
 
@@ -430,7 +431,10 @@ def test_presets_show():
     assert yaml.safe_load(shown.stdout) == expected
     as_json = invoke("presets", "show", "llama-8b-1b", "--json")
     assert as_json.exit_code == 0, as_json.output
-    assert json.loads(as_json.stdout) == expected
+    data = json.loads(as_json.stdout)
+    assert data.pop("estimated_memory_bytes") > 16e9 and data.pop("estimated_memory_context") == 4096
+    assert data == expected
+    assert "estimated memory:" in shown.stdout
     assert expected["target"]["model"] == "meta-llama/Llama-3.1-8B-Instruct"
 
 

@@ -1,0 +1,227 @@
+"""The memory planner: how much a model needs (weights at a dtype/quantization + KV cache for a context),
+estimated from its config before any weights load, and whether that fits the devices' free memory.
+
+Weights are counted from the architecture (embeddings, attention, gated MLP, norms, LM head unless tied).
+bitsandbytes quantizes the decoder layers' linear weights only: 8-bit stores 1 byte per weight plus a
+float scale per row; 4-bit (nf4, double-quantized) about 4.13 bits per weight. Embeddings, norms and the
+LM head stay at the compute dtype.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+NF4_BITS = 4.127  # 4-bit weights + double-quantized absmax per block of 64
+WORKSPACE = 1.10  # activations, allocator slack, CUDA context: 10% on top
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The numbers of a decoder-only transformer that its memory depends on."""
+
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    intermediate_size: int
+    tied: bool
+    head_dim: int | None = None
+    attention_bias: bool = False
+
+    @property
+    def head_size(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_heads
+
+    @classmethod
+    def from_config(cls, config: Any) -> Shape:
+        """From a transformers config object or a config.json dict (text configs of multimodal ones too)."""
+        get = config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
+        text = get("text_config")
+        if text:
+            return cls.from_config(text)
+        heads = get("num_attention_heads") or get("n_head")
+        hidden = get("hidden_size") or get("n_embd")
+        return cls(
+            vocab_size=get("vocab_size"),
+            hidden_size=hidden,
+            num_layers=get("num_hidden_layers") or get("n_layer"),
+            num_heads=heads,
+            num_kv_heads=get("num_key_value_heads") or heads,
+            intermediate_size=get("intermediate_size") or get("n_inner") or 4 * hidden,
+            tied=bool(get("tie_word_embeddings", False)),
+            head_dim=get("head_dim"),
+            attention_bias=bool(get("attention_bias", False) or get("model_type") in ("qwen2",)),
+        )
+
+    def linear_parameters(self) -> int:
+        """Weights of the decoder layers' linear projections (what bitsandbytes quantizes)."""
+        d, q, kv = self.hidden_size, self.num_heads * self.head_size, self.num_kv_heads * self.head_size
+        attention = d * q + 2 * d * kv + q * d
+        mlp = 3 * d * self.intermediate_size
+        return self.num_layers * (attention + mlp)
+
+    def other_parameters(self) -> int:
+        """Embeddings, LM head (unless tied), norms and biases."""
+        d = self.hidden_size
+        q, kv = self.num_heads * self.head_size, self.num_kv_heads * self.head_size
+        bias = self.num_layers * (q + 2 * kv) if self.attention_bias else 0
+        head = 0 if self.tied else self.vocab_size * d
+        return self.vocab_size * d + head + self.num_layers * 2 * d + d + bias
+
+    def parameters(self) -> int:
+        return self.linear_parameters() + self.other_parameters()
+
+    def kv_bytes(self, tokens: int, dtype_bytes: int = 2) -> int:
+        """Keys and values of every layer for `tokens` positions."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_size * tokens * dtype_bytes
+
+
+@dataclass(frozen=True)
+class Estimate:
+    weights_bytes: int
+    kv_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        """Weights + KV cache + 10% workspace."""
+        return int((self.weights_bytes + self.kv_bytes) * WORKSPACE)
+
+
+def estimate(shape: Shape, dtype_bytes: int = 2, quant: str = "none", context: int = 4096) -> Estimate:
+    """Memory of one model at a dtype (bytes per value) and quantization, with a KV cache of `context`."""
+    linear, other = shape.linear_parameters(), shape.other_parameters()
+    if quant == "4bit":
+        weights = linear * NF4_BITS / 8 + other * dtype_bytes
+    elif quant == "8bit":
+        rows = shape.num_layers * (2 * shape.hidden_size + 2 * shape.num_kv_heads * shape.head_size)
+        weights = linear + 4 * rows + other * dtype_bytes
+    else:
+        weights = (linear + other) * dtype_bytes
+    return Estimate(int(weights), shape.kv_bytes(context, dtype_bytes))
+
+
+def _llama(v: int, d: int, n: int, h: int, kv: int, i: int, tied: bool, bias: bool = False) -> Shape:
+    return Shape(v, d, n, h, kv, i, tied, attention_bias=bias)
+
+
+# Architectures of the models the shipped presets name, so presets can be planned before any download.
+KNOWN_SHAPES: MappingProxyType[str, Shape] = MappingProxyType(
+    {
+        "meta-llama/Llama-3.1-8B-Instruct": _llama(128256, 4096, 32, 32, 8, 14336, False),
+        "meta-llama/Llama-3.1-70B-Instruct": _llama(128256, 8192, 80, 64, 8, 28672, False),
+        "meta-llama/Llama-3.2-1B-Instruct": _llama(128256, 2048, 16, 32, 8, 8192, True),
+        "Qwen/Qwen2.5-7B-Instruct": _llama(152064, 3584, 28, 28, 4, 18944, False, True),
+        "Qwen/Qwen2.5-32B-Instruct": _llama(152064, 5120, 64, 40, 8, 27648, False, True),
+        "Qwen/Qwen2.5-0.5B-Instruct": _llama(151936, 896, 24, 14, 2, 4864, True, True),
+        "Qwen/Qwen2.5-Coder-32B-Instruct": _llama(152064, 5120, 64, 40, 8, 27648, False, True),
+        "Qwen/Qwen2.5-Coder-0.5B-Instruct": _llama(151936, 896, 24, 14, 2, 4864, True, True),
+        "facebook/layerskip-llama3.2-1B": _llama(128256, 2048, 16, 32, 8, 8192, True),
+        "facebook/layerskip-llama3-8B": _llama(128256, 4096, 32, 32, 8, 14336, False),
+    }
+)
+
+
+def shape_of(model: str) -> Shape | None:
+    """The Shape of a model named by a preset: a local folder's config.json, a known hub id, or None."""
+    from specli.loading import EMBEDDED_PREFIX, embedded_dir
+
+    if model.startswith(EMBEDDED_PREFIX):
+        folder = embedded_dir() / model[len(EMBEDDED_PREFIX) :]
+    else:
+        folder = Path(os.path.expanduser(model))
+    config = folder / "config.json"
+    if config.is_file():
+        try:
+            return Shape.from_config(json.loads(config.read_text()))
+        except (ValueError, TypeError, KeyError):
+            return None
+    return KNOWN_SHAPES.get(model)
+
+
+DTYPE_BYTES = MappingProxyType({"float32": 4, "float16": 2, "bfloat16": 2, "auto": 2})
+
+
+def preset_estimate(preset: Any, context: int = 4096) -> int | None:
+    """Total bytes a preset needs (target + drafter, KV for `context` tokens each), or None if unknown."""
+    total = 0
+    for spec in (preset.target, preset.draft):
+        if spec is None:
+            continue
+        shape = shape_of(spec.model)
+        if shape is None:
+            return None
+        embedded = spec.model.startswith("embedded:")
+        dtype_bytes = 4 if embedded and spec.dtype == "auto" else DTYPE_BYTES[spec.dtype]
+        total += estimate(shape, dtype_bytes, spec.quantization, context).total_bytes
+    return total
+
+
+def human(n: int | None) -> str:
+    """Bytes as '15.0 GB' / '61 MB' (decimal units, as model cards and nvidia-smi use)."""
+    if n is None:
+        return "?"
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}" if n < 100 * size else f"{n / size:.0f} {unit}"
+    return f"{n / 1e3:.0f} kB"
+
+
+PLAN_CONTEXT = 4096  # tokens of KV cache planned for at load time
+
+
+def free_bytes(device: Any) -> int | None:
+    """Free memory of a device: CUDA's own count, or MemAvailable of the system for CPU (None if unknown)."""
+    import torch
+
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free)
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+@dataclass(frozen=True)
+class Need:
+    """What one model of a pair will take, for the message when it does not fit."""
+
+    name: str
+    dtype: str
+    quant: str
+    estimate: Estimate
+
+
+def check_fits(needs: list[Need], device: Any, available: int | None) -> None:
+    """Raise SpecliError (exit 1) with the figures and the options that would fit, when needs > available."""
+    from specli.errors import SpecliError
+
+    total = sum(n.estimate.total_bytes for n in needs)
+    if available is None or total <= available:
+        return
+    parts = ", ".join(
+        f"{n.name} {human(n.estimate.weights_bytes)} ({n.quant if n.quant != 'none' else n.dtype})"
+        for n in needs
+    )
+    options = []
+    target = needs[0]
+    if target.quant != "4bit":
+        options.append("--quant 4bit")
+    if len(needs) > 1:
+        options.append("a smaller drafter, or --strategy lookup / self (no drafter)")
+    if device.type == "cuda":
+        options.append("several GPUs (--device auto), or --device cpu (slow)")
+    raise SpecliError(
+        f"not enough memory: the models need about {human(total)} ({parts}, KV cache for "
+        f"{PLAN_CONTEXT} tokens and 10% workspace) but {device} has {human(available)} free.",
+        "Try " + "; ".join(options) + ". Set SPECLI_NO_MEMORY_CHECK=1 to load anyway.",
+    )
