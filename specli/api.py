@@ -374,16 +374,22 @@ def load(
     dev = loading.resolve_device(device)
     remote = trust_remote_code
 
-    def fetch(source: str) -> tuple[Any, Any]:
-        folder = loading.resolve_source(source, allow_pickle=allow_pickle, trust_remote_code=remote)
+    def fetch(source: str, weights: bool = False) -> Any:
+        return loading.resolve_source(
+            source, allow_pickle=allow_pickle, trust_remote_code=remote, weights=weights
+        )
+
+    def fetch_tokenizer(source: str) -> tuple[Any, Any]:
+        """Configs and tokenizer only: every check below runs before any weights are downloaded."""
+        folder = fetch(source)
         return folder, loading.load_tokenizer(folder, trust_remote_code=trust_remote_code, name=source)
 
-    target_dir, tokenizer = fetch(target_source)
+    target_dir, tokenizer = fetch_tokenizer(target_source)
     if strategy == "self":  # refuse an unsupported architecture before any weights load
         check_architecture(_read_model_type(target_dir), "self")
     draft_dir = None
     if draft_source is not None:
-        draft_dir, draft_tokenizer = fetch(draft_source)
+        draft_dir, draft_tokenizer = fetch_tokenizer(draft_source)
         loading.check_tokenizers(tokenizer, draft_tokenizer, target_source, draft_source)
 
     _check_memory(
@@ -395,7 +401,7 @@ def load(
 
     def weights(folder: Any, name: str, dtype_spec: str, quant_spec: str) -> Any:
         return loading.load_model(
-            folder,
+            fetch(name, weights=True),
             device=dev,
             dtype=_dtype_for(dtype_spec, dev, folder, trust_remote_code),
             quant=quant_spec,

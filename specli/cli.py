@@ -187,7 +187,7 @@ def _load_pair(
     )
     _quiet_transformers()
     with _stderr().status("loading models…", spinner="dots"):
-        return specli.load(
+        pair = specli.load(
             preset,
             target=target,
             draft=draft,
@@ -198,6 +198,12 @@ def _load_pair(
             allow_pickle=allow_pickle,
             trust_remote_code=trust_remote_code,
         )
+    if getattr(pair.target_model, "is_quantized", False) and pair.target.device.type == "cpu":
+        _stderr().print(
+            "note: bitsandbytes quantization on CPU works but is slow: it saves memory, not time.",
+            markup=False,
+        )
+    return pair
 
 
 LOAD_OPTIONS = (

@@ -224,11 +224,18 @@ def embedded_model(name: str) -> Path:
     raise ModelLoadError(f"no embedded model named '{name}'", f"embedded models: {known}")
 
 
-def resolve_source(model: str, *, allow_pickle: bool = False, trust_remote_code: bool = False) -> Path:
+WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json", *PICKLE_PATTERNS)
+
+
+def resolve_source(
+    model: str, *, allow_pickle: bool = False, trust_remote_code: bool = False, weights: bool = True
+) -> Path:
     """A local folder, or a hub id fetched into (or found in) the hub cache -> the folder to load from.
 
     Only configs, tokenizer files, chat templates and safetensors weights are fetched; `allow_pickle` adds
-    `*.bin` weights and `trust_remote_code` adds the repo's `*.py` files.
+    `*.bin` weights and `trust_remote_code` adds the repo's `*.py` files. weights=False fetches everything
+    but the weights, so checks can run before gigabytes move; a second call with weights=True completes
+    the same snapshot folder.
     """
     if model.startswith(EMBEDDED_PREFIX):
         return embedded_model(model[len(EMBEDDED_PREFIX) :])
@@ -258,6 +265,8 @@ def resolve_source(model: str, *, allow_pickle: bool = False, trust_remote_code:
         + (PICKLE_PATTERNS if allow_pickle else [])
         + (CODE_PATTERNS if trust_remote_code else [])
     )
+    if not weights:
+        patterns = [p for p in patterns if p not in WEIGHT_PATTERNS]
     offline = hub_offline()
     try:
         folder = snapshot_download(

@@ -425,3 +425,59 @@ def test_remote_code_needs_the_flag(tmp_path, llama_dir, request):
     cpu = torch.device("cpu")
     model = loading.load_model(folder, device=cpu, dtype=torch.float32, trust_remote_code=True)
     assert type(model).__name__ == "CustomForCausalLM" and marker.exists()
+
+
+def _serve_from_hub(monkeypatch, folders: dict[str, Path]) -> list[dict]:
+    """A stand-in for snapshot_download that serves local folders by repo id and records each call."""
+    import huggingface_hub
+
+    calls: list[dict] = []
+
+    def fake_snapshot_download(repo_id, **kwargs):
+        calls.append(dict(repo_id=repo_id, **kwargs))
+        return str(folders[repo_id])
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot_download)
+    return calls
+
+
+def _fetches_weights(call: dict) -> bool:
+    return "*.safetensors" in call["allow_patterns"]
+
+
+def test_configs_and_tokenizers_come_before_any_weights(monkeypatch, tiny_pair):
+    import specli
+
+    target, draft = tiny_pair
+    calls = _serve_from_hub(monkeypatch, {"org/target": target, "org/draft": draft})
+    specli.load(target="org/target", draft="org/draft", device="cpu")
+    order = [(c["repo_id"], _fetches_weights(c)) for c in calls]
+    assert order == [("org/target", False), ("org/draft", False), ("org/target", True), ("org/draft", True)]
+
+
+def test_no_weights_move_when_the_pair_does_not_fit(monkeypatch, tiny_pair):
+    import specli
+    from specli import memory
+    from specli.errors import SpecliError
+
+    target, draft = tiny_pair
+    calls = _serve_from_hub(monkeypatch, {"org/target": target, "org/draft": draft})
+    monkeypatch.setattr(memory, "free_bytes", lambda device: 1000)
+    with pytest.raises(SpecliError, match="not enough memory"):
+        specli.load(target="org/target", draft="org/draft", device="cpu")
+    assert calls and not any(_fetches_weights(c) for c in calls)
+
+
+def test_no_weights_move_when_the_tokenizers_differ(monkeypatch, tiny_pair, tmp_path):
+    import specli
+    from specli.errors import SpecliError
+
+    other = build_tokenizer(vocab_size=300)
+    other_tokenizer_model = save_model(tmp_path / "other", make_model("llama", len(other), layers=1), other)
+    target, _ = tiny_pair
+    calls = _serve_from_hub(monkeypatch, {"org/target": target, "org/other": other_tokenizer_model})
+    with pytest.raises(SpecliError):
+        specli.load(target="org/target", draft="org/other", device="cpu")
+    assert calls and not any(_fetches_weights(c) for c in calls)

@@ -48,3 +48,29 @@ def test_quantized_target_is_lossless_against_its_own_generate(folders, quant):
             for k in (1, 4):
                 result = pair.generate(prompt_ids=ids, max_new_tokens=16, num_draft_tokens=k)
                 assert result.token_ids == expected, (quant, prompt, k)
+
+
+def test_cli_says_cpu_quantization_is_slow(folders):
+    from typer.testing import CliRunner
+
+    from specli.cli import app
+
+    target, draft = folders
+    result = CliRunner().invoke(
+        app,
+        ["generate", "hi", "--target", str(target), "--draft", str(draft), "--quant", "4bit",
+         "--device", "cpu", "--max-new-tokens", "4"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "quantization on CPU works but is slow" in result.stderr
+
+
+@pytest.mark.parametrize("strategy", ["self", "lookup"])
+def test_quantized_target_with_model_free_strategies_is_lossless(folders, strategy):
+    target, _ = folders
+    pair = specli.load(target=str(target), strategy=strategy, device="cpu", quant="4bit")
+    prompt = [5, 6, 7, 8, 5, 6, 7]
+    ids = torch.tensor([prompt])
+    expected = pair.target_model.generate(ids, max_new_tokens=16, do_sample=False)[0, len(prompt) :].tolist()
+    result = pair.generate(prompt_ids=prompt, max_new_tokens=16, exit_layer=1)
+    assert result.token_ids == expected
