@@ -1,11 +1,11 @@
 """Acceptance and speed of the embedded tiny pair on code it never saw (third-party packages, not stdlib).
 
-    python scripts/tiny_figures.py [--prompts 40] [--max-new-tokens 64] [-k 4] [--strategies none,draft]
-    python scripts/tiny_figures.py --set editing --strategies none,draft,lookup,self
+    python scripts/tiny_figures.py [--prompts 40] [--max-new-tokens 64] [-k 4] [--strategies draft,self]
 
-Default prompts: the first lines (signature, docstring, a few statements) of functions from packages
-installed with specli (rich, click, typer, yaml, pydantic), picked deterministically. `--set CATEGORY`
-takes that category of specli/prompts/code.jsonl instead. Greedy decoding.
+Prompts: the first lines (signature, docstring, a few statements) of functions from packages installed
+with specli (rich, click, typer, yaml, pydantic), picked deterministically. Greedy decoding, measured by
+specli's bench (plain decoding as the baseline, identity checked); for the packaged prompt sets use
+`specli bench --set code`.
 """
 
 from __future__ import annotations
@@ -16,12 +16,10 @@ import hashlib
 import importlib
 import json
 import textwrap
-import time
 from pathlib import Path
 
-import torch
-
 import specli
+from specli import bench
 
 PACKAGES = ("rich", "click", "typer", "yaml", "pydantic")
 
@@ -44,49 +42,6 @@ def function_prompts(count: int, head_lines: int = 6) -> list[tuple[str, str]]:
     return [(name, prompt) for _, name, prompt in found[:count]]
 
 
-def set_prompts(category: str) -> list[tuple[str, str]]:
-    """(id, prompt) pairs of one category of the packaged code prompt set."""
-    path = Path(specli.__file__).parent / "prompts" / "code.jsonl"
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [(str(r["question_id"]), r["turns"][0]) for r in rows if r["category"] == category]
-
-
-def measure(pair, prompts, strategy: str, k: int, max_new_tokens: int, exit_layer: int | None = None) -> dict:
-    drafted = accepted = rounds = tokens = 0
-    elapsed = 0.0
-    outputs = []
-    for _, prompt in prompts:
-        start = time.perf_counter()
-        result = pair.generate(
-            prompt,
-            max_new_tokens=max_new_tokens,
-            num_draft_tokens=k,
-            strategy=strategy,
-            exit_layer=exit_layer,
-        )
-        elapsed += time.perf_counter() - start
-        s = result.stats
-        drafted, accepted, rounds, tokens = (
-            drafted + s.drafted,
-            accepted + s.accepted,
-            rounds + s.rounds,
-            (tokens + s.tokens),
-        )
-        outputs.append(result.token_ids)
-    return {
-        "strategy": strategy,
-        "prompts": len(prompts),
-        "tokens": tokens,
-        "rounds": rounds,
-        "drafted": drafted,
-        "accepted": accepted,
-        "acceptance_rate": round(accepted / drafted, 4) if drafted else None,
-        "mean_acceptance_length": round(tokens / rounds, 4),
-        "tokens_per_second": round(tokens / elapsed, 1),
-        "outputs": outputs,
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -94,8 +49,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=40)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("-k", type=int, default=4)
-    parser.add_argument("--strategies", default="none,draft")
-    parser.add_argument("--set", help="a category of specli/prompts/code.jsonl instead of third-party code")
+    parser.add_argument("--strategies", default="draft", help="comma-separated; plain decoding always runs")
     parser.add_argument("--exit-layer", type=int)
     parser.add_argument("--target", help="another target folder (default: the embedded pair)")
     parser.add_argument("--draft", help="another drafter folder (default: the embedded pair)")
@@ -109,23 +63,27 @@ def main() -> None:
         )
     else:
         pair = specli.load(device="cpu")
-    prompts = set_prompts(args.set) if args.set else function_prompts(args.prompts)
-    pair.generate(prompts[0][1], max_new_tokens=8)  # warm-up
-    results = [
-        measure(pair, prompts, s, args.k, args.max_new_tokens, args.exit_layer)
-        for s in args.strategies.split(",")
-    ]
-    base = results[0]
-    for r in results:
-        r["speedup"] = round(r["tokens_per_second"] / base["tokens_per_second"], 3)
-        r["identical_to_baseline"] = r["outputs"] == base["outputs"]
-    for r in results:
-        r.pop("outputs")
-        print(json.dumps(r))
+    prompts = [bench.BenchPrompt(name, "third-party", text) for name, text in function_prompts(args.prompts)]
+    settings = bench.BenchSettings(
+        max_new_tokens=args.max_new_tokens, num_draft_tokens=args.k, exit_layer=args.exit_layer
+    )
+    encoded, _ = bench.encode_prompts(pair, prompts)
+    runs = bench.run_bench(pair, encoded, args.strategies.split(","), settings)
+    env = {
+        **bench.environment(pair, None, None),
+        "peak_memory_bytes": bench.peak_memory_bytes(pair.target.device),
+    }
+    report = bench.report(runs, settings, env, None)
+    for metrics in report["summary"]["overall"].values():
+        print(json.dumps({key: metrics[key] for key in KEYS}))
+    for error in report["errors"]:
+        print(f"error: {error}")
     if args.json:
-        env = {"torch": torch.__version__, "threads": torch.get_num_threads(), "specli": specli.__version__}
-        report = {"env": env, "k": args.k, "set": args.set or "third-party", "results": results}
         args.json.write_text(json.dumps(report, indent=1) + "\n")
+
+
+KEYS = ("strategy", "prompts", "tokens", "rounds", "drafted", "accepted", "acceptance_rate",
+        "mean_acceptance_length", "tokens_per_second", "speedup")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ def check_speculation_options(
     if exit_layer is not None and exit_layer < 1:
         raise UsageError(f"exit-layer must be at least 1 (got {exit_layer}).")
     low = 1 if ngram_min is None else ngram_min
-    check_ngram(low, max(low, 3) if ngram_max is None else ngram_max)
+    check_ngram(low, max(low, SpeculationSpec().ngram_max) if ngram_max is None else ngram_max)
 
 
 def default_exit_layer(num_layers: int) -> int:
@@ -290,9 +290,7 @@ def _check_memory(
     models: list[tuple[Any, str, str, str]], device: torch.device, trust_remote_code: bool
 ) -> None:
     """Before any weights load: stop with figures and options when the pair cannot fit the device."""
-    import json
     import os
-    from pathlib import Path
 
     from specli import memory
 
@@ -300,26 +298,17 @@ def _check_memory(
         return
     needs = []
     for folder, name, dtype_spec, quant_spec in models:
+        config = loading.read_config(folder)
+        if config is None:
+            return  # no config to estimate from: no check
         try:
-            shape = memory.Shape.from_config(json.loads((Path(folder) / "config.json").read_text()))
+            shape = memory.Shape.from_config(config)
             dtype = _dtype_for(dtype_spec, device, folder, trust_remote_code)
-            dtype_bytes = torch.finfo(dtype).bits // 8
-            estimate = memory.estimate(shape, dtype_bytes, quant_spec, memory.PLAN_CONTEXT)
-        except (OSError, ValueError, TypeError, KeyError, ZeroDivisionError):
+            estimate = memory.estimate(shape, torch.finfo(dtype).bits // 8, quant_spec, memory.PLAN_CONTEXT)
+        except (ValueError, TypeError, KeyError, ZeroDivisionError):
             return  # an unusual config: no estimate, no check
         needs.append(memory.Need(name, str(dtype).replace("torch.", ""), quant_spec, estimate))
     memory.check_fits(needs, device, memory.free_bytes(device))
-
-
-def _read_model_type(folder: Any) -> str:
-    """model_type from a model folder's config.json ('?' when it cannot be read)."""
-    import json
-    from pathlib import Path
-
-    try:
-        return str(json.loads((Path(folder) / "config.json").read_text()).get("model_type", "?"))
-    except (OSError, ValueError):
-        return "?"
 
 
 def _dtype_for(spec: str, device: torch.device, folder: Any, trust_remote_code: bool) -> torch.dtype:
@@ -386,7 +375,7 @@ def load(
 
     target_dir, tokenizer = fetch_tokenizer(target_source)
     if strategy == "self":  # refuse an unsupported architecture before any weights load
-        check_architecture(_read_model_type(target_dir), "self")
+        check_architecture(str((loading.read_config(target_dir) or {}).get("model_type", "?")), "self")
     draft_dir = None
     if draft_source is not None:
         draft_dir, draft_tokenizer = fetch_tokenizer(draft_source)

@@ -243,6 +243,61 @@ def _median_runs(runs: list[Measurement]) -> Measurement:
     return ordered[(len(ordered) - 1) // 2]
 
 
+def _sum_by_position(rows: list[list[int]]) -> list[int]:
+    """Elementwise sum of lists of different lengths."""
+    width = max((len(r) for r in rows), default=0)
+    return [sum(r[i] for r in rows if i < len(r)) for i in range(width)]
+
+
+def _strategy_metrics(strategy: str, runs: list[Measurement]) -> dict[str, Any]:
+    """Speed from each prompt's median run; acceptance from every run (repeats included)."""
+    by_prompt: dict[str, list[Measurement]] = {}
+    for m in runs:
+        by_prompt.setdefault(m.prompt_id, []).append(m)
+    medians = [_median_runs(v) for v in by_prompt.values()]
+    tokens = sum(m.tokens for m in medians)
+    elapsed = sum(m.elapsed_s for m in medians)
+    draft_t = sum(m.draft_time_s for m in medians)
+    verify_t = sum(m.verify_time_s for m in medians)
+    rounds = sum(m.rounds for m in runs)
+    drafted = sum(m.drafted for m in runs)
+    pos_d = _sum_by_position([m.position_drafted for m in runs])
+    pos_a = _sum_by_position([m.position_accepted for m in runs])
+    return {
+        "strategy": strategy,
+        "prompts": len(medians),
+        "tokens": tokens,
+        "rounds": sum(m.rounds for m in medians),
+        "drafted": sum(m.drafted for m in medians),
+        "accepted": sum(m.accepted for m in medians),
+        "acceptance_rate": sum(m.accepted for m in runs) / drafted if drafted else 0.0,
+        "mean_acceptance_length": sum(m.tokens for m in runs) / rounds if rounds else 0.0,
+        "tokens_per_second": tokens / elapsed if elapsed else 0.0,
+        "elapsed_s": elapsed,
+        "draft_time_s": draft_t,
+        "verify_time_s": verify_t,
+        "other_time_s": max(0.0, elapsed - draft_t - verify_t),
+        "per_position_acceptance": [a / d if d else 0.0 for a, d in zip(pos_a, pos_d, strict=True)],
+    }
+
+
+def _costs(metrics: dict[str, Any], base: dict[str, Any] | None, k: int) -> dict[str, float | None]:
+    """speedup, c and v in plain target steps, the bound E(alpha,k)/(k c + v) and the efficiency."""
+    speedup = (
+        metrics["tokens_per_second"] / base["tokens_per_second"]
+        if base and base["tokens_per_second"]
+        else None
+    )
+    if base is None or metrics is base or not base["tokens"]:
+        return {"speedup": speedup, "c": None, "v": None, "bound": None, "efficiency": None}
+    step = base["elapsed_s"] / base["tokens"]  # seconds per plain target step
+    c = metrics["draft_time_s"] / metrics["drafted"] / step if metrics["drafted"] else 0.0
+    v = metrics["verify_time_s"] / metrics["rounds"] / step if metrics["rounds"] else 0.0
+    bound = expected_length(metrics["acceptance_rate"], k) / (k * c + v) if k * c + v > 0 else None
+    efficiency = speedup / bound if bound and speedup else None
+    return {"speedup": speedup, "c": c, "v": v, "bound": bound, "efficiency": efficiency}
+
+
 def summarize(measurements: list[Measurement], k: int) -> dict[str, dict[str, dict[str, Any]]]:
     """{category or "overall": {strategy: metrics}} with GUIDE §4 definitions."""
     groups: dict[str, list[Measurement]] = {}
@@ -251,69 +306,11 @@ def summarize(measurements: list[Measurement], k: int) -> dict[str, dict[str, di
     groups["overall"] = list(measurements)
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for category, rows in groups.items():
-        per: dict[str, dict[str, Any]] = {}
         strategies = list(dict.fromkeys(m.strategy for m in rows))
-        for strategy in strategies:
-            mine = [m for m in rows if m.strategy == strategy]
-            by_prompt: dict[str, list[Measurement]] = {}
-            for m in mine:
-                by_prompt.setdefault(m.prompt_id, []).append(m)
-            medians = [_median_runs(v) for v in by_prompt.values()]
-            tokens = sum(m.tokens for m in medians)
-            elapsed = sum(m.elapsed_s for m in medians)
-            draft_t = sum(m.draft_time_s for m in medians)
-            verify_t = sum(m.verify_time_s for m in medians)
-            rounds = sum(m.rounds for m in mine)
-            drafted = sum(m.drafted for m in mine)
-            accepted = sum(m.accepted for m in mine)
-            width = max((len(m.position_drafted) for m in mine), default=0)
-            pos_d = [
-                sum(m.position_drafted[i] for m in mine if i < len(m.position_drafted)) for i in range(width)
-            ]
-            pos_a = [
-                sum(m.position_accepted[i] for m in mine if i < len(m.position_accepted))
-                for i in range(width)
-            ]
-            per[strategy] = {
-                "strategy": strategy,
-                "prompts": len(medians),
-                "tokens": tokens,
-                "rounds": sum(m.rounds for m in medians),
-                "drafted": sum(m.drafted for m in medians),
-                "accepted": sum(m.accepted for m in medians),
-                "acceptance_rate": accepted / drafted if drafted else 0.0,
-                "mean_acceptance_length": sum(m.tokens for m in mine) / rounds if rounds else 0.0,
-                "tokens_per_second": tokens / elapsed if elapsed else 0.0,
-                "elapsed_s": elapsed,
-                "draft_time_s": draft_t,
-                "verify_time_s": verify_t,
-                "other_time_s": max(0.0, elapsed - draft_t - verify_t),
-                "per_position_acceptance": [a / d if d else 0.0 for a, d in zip(pos_a, pos_d, strict=True)],
-                "_medians": medians,
-            }
+        per = {s: _strategy_metrics(s, [m for m in rows if m.strategy == s]) for s in strategies}
         base = per.get(BASELINE)
-        for strategy, metrics in per.items():
-            medians = metrics.pop("_medians")
-            metrics["speedup"] = (
-                metrics["tokens_per_second"] / base["tokens_per_second"]
-                if base and base["tokens_per_second"]
-                else None
-            )
-            if base is None or strategy == BASELINE or not base["tokens"]:
-                metrics.update(c=None, v=None, bound=None, efficiency=None)
-                continue
-            step = base["elapsed_s"] / base["tokens"]  # seconds per plain target step
-            drafted = sum(m.drafted for m in medians)
-            rounds = sum(m.rounds for m in medians)
-            c = (metrics["draft_time_s"] / drafted) / step if drafted else 0.0
-            v = (metrics["verify_time_s"] / rounds) / step if rounds else 0.0
-            bound = expected_length(metrics["acceptance_rate"], k) / (k * c + v) if (k * c + v) > 0 else None
-            metrics.update(
-                c=c,
-                v=v,
-                bound=bound,
-                efficiency=(metrics["speedup"] / bound) if bound and metrics["speedup"] else None,
-            )
+        for metrics in per.values():
+            metrics.update(_costs(metrics, base, k))
         out[category] = per
     return out
 

@@ -6,7 +6,7 @@ import json
 import os
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Annotated, Any
 
 import typer
@@ -288,6 +288,7 @@ def generate(
     """Generate text with speculative decoding; output is exactly the target's own."""
     import specli
     from specli.events import Stats
+    from specli.render.live import LiveView, TokenView
     from specli.render.plain import PlainWriter, summary_line
 
     with _user_errors(debug):
@@ -299,57 +300,46 @@ def generate(
         pair, ids, text, rounds = _prepare(locals())
         k = num_draft_tokens or pair.speculation.num_draft_tokens
         stdout = Console(highlight=False, no_color=no_color or None, soft_wrap=True)
-        mode = view or ("live" if stdout.is_terminal else "plain")
-        stats, collected = Stats(), []
-        interrupted = False
-        if as_json:
-            try:
-                for r in rounds:
-                    stats.observe(r)
-                    collected.append(r)
-            except KeyboardInterrupt:
-                interrupted = True
-            tokens = [t for r in collected for t in r.committed]
-            result = specli.Result(pair.decode(tokens), tokens, ids, stats, collected).to_dict()
-            result["stats"].update(strategy=pair.strategy, num_draft_tokens=k, interrupted=interrupted)
-            typer.echo(json.dumps(result, ensure_ascii=False))
-            if interrupted:
-                raise typer.Exit(130)
-            return
-        from specli.render.live import LiveView, TokenView
-
+        mode = "json" if as_json else view or ("live" if stdout.is_terminal else "plain")
         token_view = TokenView(pair.tokenizer, pair.strategy, k)
-        if mode == "live":
-            with LiveView(token_view, stdout) as live:
-                try:
-                    for r in rounds:
-                        live.round(r)
-                except KeyboardInterrupt:
-                    interrupted = True
-            stats = token_view.stats
-            if interrupted:
-                _stderr().print("interrupted: showing what was generated so far", markup=False)
-        else:
-            writer = PlainWriter(pair.tokenizer, sys.stdout) if mode == "plain" else None
+        live = LiveView(token_view, stdout) if mode == "live" else None
+        writer = PlainWriter(pair.tokenizer, sys.stdout) if mode == "plain" else None
+        collected: list[Any] = []
+        interrupted = False
+        with live if live is not None else nullcontext():
             try:
                 for r in rounds:
-                    token_view.add(r)
-                    if writer:
+                    collected.append(r)
+                    if live is not None:
+                        live.round(r)
+                    elif writer is not None:
                         writer.round(r)
             except KeyboardInterrupt:
                 interrupted = True
-            token_view.finish()
-            stats = token_view.stats
-            if writer:
+        stats = Stats()
+        for r in collected:
+            stats.observe(r)
+        tokens = [t for r in collected for t in r.committed]
+        if mode == "json":
+            result = specli.Result(pair.decode(tokens), tokens, ids, stats, collected).to_dict()
+            result["stats"].update(strategy=pair.strategy, num_draft_tokens=k, interrupted=interrupted)
+            typer.echo(json.dumps(result, ensure_ascii=False))
+        elif mode != "live":
+            if writer is not None:
                 writer.close()
             else:
-                sys.stdout.write(pair.decode([t for t in token_view.decoder.ids]))
+                sys.stdout.write(pair.decode(tokens))
             sys.stdout.write("\n")
             sys.stdout.flush()
-            if interrupted:
-                _stderr().print("interrupted: showing what was generated so far", markup=False)
+        if interrupted and mode != "json":
+            _stderr().print("interrupted: showing what was generated so far", markup=False)
+        if mode in ("plain", "none"):
             _stderr().print(summary_line(stats, pair.strategy, k), markup=False)
         if save:
+            if live is None:  # the live view built it as it went; otherwise replay the rounds
+                for r in collected:
+                    token_view.add(r)
+                token_view.finish()
             _save_view(token_view.renderable(), save, max(stdout.width, 80), "specli generate")
         if interrupted:
             raise typer.Exit(130)

@@ -8,6 +8,7 @@ runs only with `--trust-remote-code`.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -286,6 +287,15 @@ def resolve_source(
 
 
 # --------------------------------------------------------------------------- checks and loading
+
+
+def read_config(folder: Path | str) -> dict[str, Any] | None:
+    """A model folder's config.json as a dict, or None when it is missing or not JSON."""
+    try:
+        config = json.loads((Path(folder) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None
 
 
 def check_weights(folder: Path, *, allow_pickle: bool) -> None:

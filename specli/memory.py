@@ -9,7 +9,6 @@ LM head stay at the compute dtype.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,16 +128,16 @@ KNOWN_SHAPES: MappingProxyType[str, Shape] = MappingProxyType(
 
 def shape_of(model: str) -> Shape | None:
     """The Shape of a model named by a preset: a local folder's config.json, a known hub id, or None."""
-    from specli.loading import EMBEDDED_PREFIX, embedded_dir
+    from specli.loading import EMBEDDED_PREFIX, embedded_dir, read_config
 
     if model.startswith(EMBEDDED_PREFIX):
         folder = embedded_dir() / model[len(EMBEDDED_PREFIX) :]
     else:
         folder = Path(os.path.expanduser(model))
-    config = folder / "config.json"
-    if config.is_file():
+    config = read_config(folder)
+    if config is not None:
         try:
-            return Shape.from_config(json.loads(config.read_text()))
+            return Shape.from_config(config)
         except (ValueError, TypeError, KeyError):
             return None
     return KNOWN_SHAPES.get(model)

@@ -29,7 +29,6 @@ class TokenView:
         self.last: Round | None = None
         self._rejected = Text()
         self._split = 0  # where the rejected drafts sit in self.text: before the last correction
-        self.kinds_seen: set[TokenKind] = set()
 
     def add(self, r: Round) -> None:
         self.stats.observe(r)
@@ -41,12 +40,10 @@ class TokenView:
             piece = self.decoder.push([token])
             if piece:
                 self.text.append(visible(piece), KIND_STYLES[kind])
-            self.kinds_seen.add(kind)
         self._rejected = Text()
         if r.rejected and r.kind is TokenKind.CORRECTION:
             shown = continuation_text(self.tokenizer, context[-CONTEXT_IDS:], r.rejected)
             self._rejected = Text(visible(shown), KIND_STYLES[TokenKind.REJECTED])
-            self.kinds_seen.add(TokenKind.REJECTED)
 
     def finish(self) -> None:
         """Flush an incomplete character at the end and drop the struck-through drafts."""

@@ -16,8 +16,10 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -158,12 +160,9 @@ def lr_at(step: int, total: int, peak: float) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def _autocast():
-    return torch.autocast("cpu", dtype=torch.bfloat16) if _bf16_ok() else torch.autocast("cpu", enabled=False)
-
-
-def _bf16_ok() -> bool:
-    return os.environ.get("SPECLI_TRAIN_FP32", "") != "1"
+def _autocast() -> torch.autocast:
+    """bfloat16 autocast on CPU (float32 master weights); SPECLI_TRAIN_FP32=1 trains in float32."""
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=os.environ.get("SPECLI_TRAIN_FP32") != "1")
 
 
 # --------------------------------------------------------------------------- loops
@@ -187,70 +186,76 @@ def _log_plain(progress, name: str, step: int, total: int, loss: float) -> None:
         progress.console.print(f"{name} step {step + 1}/{total} loss {loss:.3f}")
 
 
-def train_target(model, stream: torch.Tensor, recipe: Recipe) -> list[dict]:
-    """LayerSkip training of the target; returns the logged loss history."""
-    generator = torch.Generator().manual_seed(recipe.seed)
-    skip_generator = torch.Generator().manual_seed(recipe.seed + 1)
-    optimizer = make_optimizer(model, recipe.target_lr)
-    config = recipe.layerskip()
+def _fit(
+    model,
+    name: str,
+    steps: int,
+    peak_lr: float,
+    log_every: int,
+    step_loss: Callable[[], tuple[torch.Tensor, dict[str, Any]]],
+) -> list[dict]:
+    """The training loop both models share: AdamW with warm-up + cosine decay, gradient clipping at 1,
+    a progress bar. step_loss() -> (loss, record); record's first value is the loss shown and logged.
+    Returns the records of every log_every-th step (and the last)."""
+    optimizer = make_optimizer(model, peak_lr)
     history: list[dict] = []
     model.train()
     with _progress() as progress:
-        task = progress.add_task("target", total=recipe.target_steps, loss=float("nan"))
-        for step in range(recipe.target_steps):
+        task = progress.add_task(name, total=steps, loss=float("nan"))
+        for step in range(steps):
             for group in optimizer.param_groups:
-                group["lr"] = lr_at(step, recipe.target_steps, recipe.target_lr)
-            batch = random_windows(stream, recipe.batch_size, recipe.context, generator)
-            with _autocast():
-                loss, parts = layerskip_loss(model, batch, config, skip_generator)
+                group["lr"] = lr_at(step, steps, peak_lr)
+            loss, record = step_loss()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            final = parts[len(model.model.layers)]
-            if step % recipe.log_every == 0 or step == recipe.target_steps - 1:
-                history.append({"step": step, "loss": round(final, 4), "exits": _rounded(parts)})
-            progress.update(task, advance=1, loss=final)
-            _log_plain(progress, "target", step, recipe.target_steps, final)
+            shown = next(iter(record.values()))
+            if step % log_every == 0 or step == steps - 1:
+                history.append({"step": step, **record})
+            progress.update(task, advance=1, loss=shown)
+            _log_plain(progress, name, step, steps, shown)
     model.eval()
     return history
+
+
+def train_target(model, stream: torch.Tensor, recipe: Recipe) -> list[dict]:
+    """LayerSkip training of the target; returns the logged loss history."""
+    generator = torch.Generator().manual_seed(recipe.seed)
+    skip_generator = torch.Generator().manual_seed(recipe.seed + 1)
+    config = recipe.layerskip()
+    final_depth = len(model.model.layers)
+
+    def step_loss() -> tuple[torch.Tensor, dict[str, Any]]:
+        batch = random_windows(stream, recipe.batch_size, recipe.context, generator)
+        with _autocast():
+            loss, parts = layerskip_loss(model, batch, config, skip_generator)
+        return loss, {"loss": round(parts[final_depth], 4), "exits": _rounded(parts)}
+
+    return _fit(model, "target", recipe.target_steps, recipe.target_lr, recipe.log_every, step_loss)
 
 
 def distill_draft(draft, target, stream: torch.Tensor, recipe: Recipe) -> list[dict]:
     """Train the drafter on the target's soft labels (KL(p_target || q_draft)), or on the data alone
     (recipe.draft_loss == "ce"); returns the loss history."""
     generator = torch.Generator().manual_seed(recipe.seed + 2)
-    optimizer = make_optimizer(draft, recipe.draft_lr)
-    history: list[dict] = []
-    draft.train()
     target.eval()
-    with _progress() as progress:
-        task = progress.add_task("drafter", total=recipe.draft_steps, loss=float("nan"))
-        for step in range(recipe.draft_steps):
-            for group in optimizer.param_groups:
-                group["lr"] = lr_at(step, recipe.draft_steps, recipe.draft_lr)
-            window = random_windows(stream, recipe.batch_size, recipe.context, generator)
-            batch, labels = window[:, :-1], window[:, 1:]
-            teacher = None
-            if recipe.draft_loss == "kl":
-                with torch.no_grad(), _autocast():
-                    teacher = target(input_ids=batch).logits  # [B, T, V]
-            with _autocast():
-                student = draft(input_ids=batch).logits
-            if recipe.draft_loss == "kl":
-                loss = distillation_loss(student.flatten(0, 1), teacher.flatten(0, 1))
-            else:  # the ablation: the data's next tokens only
-                loss = F.cross_entropy(student.flatten(0, 1).float(), labels.flatten())
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            if step % recipe.log_every == 0 or step == recipe.draft_steps - 1:
-                history.append({"step": step, recipe.draft_loss: round(loss.item(), 4)})
-            progress.update(task, advance=1, loss=loss.item())
-            _log_plain(progress, "drafter", step, recipe.draft_steps, loss.item())
-    draft.eval()
-    return history
+
+    def step_loss() -> tuple[torch.Tensor, dict[str, Any]]:
+        window = random_windows(stream, recipe.batch_size, recipe.context, generator)
+        batch, labels = window[:, :-1], window[:, 1:]
+        if recipe.draft_loss == "kl":
+            with torch.no_grad(), _autocast():
+                teacher = target(input_ids=batch).logits  # [B, T, V]
+        with _autocast():
+            student = draft(input_ids=batch).logits  # [B, T, V]
+        if recipe.draft_loss == "kl":
+            loss = distillation_loss(student.flatten(0, 1), teacher.flatten(0, 1))
+        else:  # the ablation: the data's next tokens only
+            loss = F.cross_entropy(student.flatten(0, 1).float(), labels.flatten())
+        return loss, {recipe.draft_loss: round(loss.item(), 4)}
+
+    return _fit(draft, "drafter", recipe.draft_steps, recipe.draft_lr, recipe.log_every, step_loss)
 
 
 def _rounded(parts: dict[int, float]) -> dict[str, float]:
