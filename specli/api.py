@@ -27,6 +27,7 @@ from specli.engine import EngineConfig, generate_rounds
 from specli.errors import UsageError
 from specli.events import Round, Stats
 from specli.layer_stack import LayerStack, check_architecture, check_layer_stack
+from specli.placement import Placement, describe_gpus, plan_placement
 from specli.presets import GenerationSpec, Preset, SpeculationSpec, resolve_preset
 from specli.sampling import SamplingConfig
 from specli.stopping import StopCriteria
@@ -124,6 +125,7 @@ class Pair:
         draft_name: str | None = None,
         generation: GenerationSpec | None = None,
         speculation: SpeculationSpec | None = None,
+        placement: Placement | None = None,
     ) -> None:
         self.strategy = check_strategy(strategy)
         if strategy == "draft" and draft_model is None:
@@ -138,6 +140,7 @@ class Pair:
         self.draft_name = draft_name
         self.generation = generation or GenerationSpec()
         self.speculation = speculation or SpeculationSpec()
+        self.placement = placement  # set when the target is split over several GPUs
         if strategy == "self":
             check_layer_stack(target_model)
         self.target = CachedLM(target_model)
@@ -286,29 +289,62 @@ class Pair:
         return Result(self.decode(tokens), tokens, ids, stats, rounds)
 
 
-def _check_memory(
+def _estimate_needs(
     models: list[tuple[Any, str, str, str]], device: torch.device, trust_remote_code: bool
-) -> None:
-    """Before any weights load: stop with figures and options when the pair cannot fit the device."""
-    import os
-
+) -> list[Any] | None:
+    """What each model will take (memory.Need), from configs alone; None when one cannot be estimated."""
     from specli import memory
 
-    if os.environ.get("SPECLI_NO_MEMORY_CHECK") == "1":
-        return
     needs = []
     for folder, name, dtype_spec, quant_spec in models:
         config = loading.read_config(folder)
         if config is None:
-            return  # no config to estimate from: no check
+            return None
         try:
             shape = memory.Shape.from_config(config)
             dtype = _dtype_for(dtype_spec, device, folder, trust_remote_code)
             estimate = memory.estimate(shape, torch.finfo(dtype).bits // 8, quant_spec, memory.PLAN_CONTEXT)
         except (ValueError, TypeError, KeyError, ZeroDivisionError):
-            return  # an unusual config: no estimate, no check
+            return None  # an unusual config: no estimate, no check
         needs.append(memory.Need(name, str(dtype).replace("torch.", ""), quant_spec, estimate))
-    memory.check_fits(needs, device, memory.free_bytes(device))
+    return needs
+
+
+def _gpu_count(device_spec: str) -> int:
+    """GPUs `--device auto` may spread over (0 for any other device, or without CUDA)."""
+    if device_spec.strip().lower() != "auto" or not torch.cuda.is_available():
+        return 0
+    return torch.cuda.device_count()
+
+
+def _plan(
+    models: list[tuple[Any, str, str, str]], device: torch.device, device_spec: str, trust_remote_code: bool
+) -> Placement | None:
+    """Before any weights load: check the pair fits (stop with figures and options when not) and, with
+    several GPUs under --device auto, plan where each model goes. None: everything on `device`."""
+    import os
+
+    from specli import memory
+
+    checked = os.environ.get("SPECLI_NO_MEMORY_CHECK") != "1"
+    gpus = _gpu_count(device_spec)
+    if gpus < 2:
+        needs = _estimate_needs(models, device, trust_remote_code) if checked else None
+        if needs is not None:
+            memory.check_fits(needs, device, memory.free_bytes(device))
+        return None
+    everywhere = Placement(tuple(range(gpus)), {}, gpus - 1 if len(models) > 1 else None)
+    needs = _estimate_needs(models, device, trust_remote_code)
+    if needs is None:  # no estimate: accelerate spreads the target, the drafter goes beside its LM head
+        return everywhere
+    free = [memory.free_bytes(torch.device("cuda", i)) or 0 for i in range(gpus)]
+    draft = needs[1].estimate if len(needs) > 1 else None
+    plan = plan_placement(free, needs[0].estimate, draft, quantized=needs[0].quant != "none")
+    if plan is None:
+        if checked:
+            raise memory.not_enough(needs, f"the {gpus} GPUs have {describe_gpus(free)}", cuda=True)
+        return everywhere
+    return plan if plan.split else None
 
 
 def _dtype_for(spec: str, device: torch.device, folder: Any, trust_remote_code: bool) -> torch.dtype:
@@ -381,28 +417,35 @@ def load(
         draft_dir, draft_tokenizer = fetch_tokenizer(draft_source)
         loading.check_tokenizers(tokenizer, draft_tokenizer, target_source, draft_source)
 
-    _check_memory(
+    placement = _plan(
         [(target_dir, target_source, target_dtype, target_quant)]
         + ([(draft_dir, draft_source, draft_dtype, draft_quant)] if draft_dir is not None else []),
         dev,
+        device,
         trust_remote_code,
     )
 
-    def weights(folder: Any, name: str, dtype_spec: str, quant_spec: str) -> Any:
+    def weights(folder: Any, name: str, dtype_spec: str, quant_spec: str, **where: Any) -> Any:
         return loading.load_model(
             fetch(name, weights=True),
-            device=dev,
             dtype=_dtype_for(dtype_spec, dev, folder, trust_remote_code),
             quant=quant_spec,
             allow_pickle=allow_pickle,
             trust_remote_code=trust_remote_code,
             name=name,
+            **where,
         )
 
-    target_model = weights(target_dir, target_source, target_dtype, target_quant)
+    if placement is None:
+        target_model = weights(target_dir, target_source, target_dtype, target_quant, device=dev)
+    else:
+        target_model = weights(
+            target_dir, target_source, target_dtype, target_quant, device=dev, max_memory=placement.max_memory
+        )
     draft_model = None
     if draft_dir is not None:
-        draft_model = weights(draft_dir, draft_source, draft_dtype, draft_quant)
+        draft_dev = dev if placement is None else _draft_device(target_model, placement)
+        draft_model = weights(draft_dir, draft_source, draft_dtype, draft_quant, device=draft_dev)
     return Pair(
         target_model,
         tokenizer,
@@ -412,4 +455,11 @@ def load(
         draft_name=draft_source,
         generation=spec.generation if spec else None,
         speculation=spec.speculation if spec else None,
+        placement=placement,
     )
+
+
+def _draft_device(target_model: Any, placement: Placement) -> torch.device:
+    """The GPU that got the target's LM head (so p and q meet there); the planned one if it is not a GPU."""
+    head = CachedLM(target_model).output_device
+    return head if head.type == "cuda" else torch.device("cuda", placement.draft_gpu or 0)

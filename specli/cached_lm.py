@@ -8,6 +8,15 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 
+def _execution_device(module: torch.nn.Module) -> torch.device:
+    """The device a module computes on: accelerate's hook says so when it placed (or offloaded) it."""
+    hook = getattr(module, "_hf_hook", None)
+    device = getattr(hook, "execution_device", None)
+    if device is not None:
+        return torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+    return module.weight.device
+
+
 class CachedLM:
     """Wraps a transformers causal LM: `forward` appends tokens to a cache, `rewind` drops the newest."""
 
@@ -20,7 +29,13 @@ class CachedLM:
 
     @property
     def device(self) -> torch.device:
-        return self.model.get_input_embeddings().weight.device
+        """Where input ids go: the embeddings' device."""
+        return _execution_device(self.model.get_input_embeddings())
+
+    @property
+    def output_device(self) -> torch.device:
+        """Where logits come out: the LM head's device (the last GPU when accelerate split the model)."""
+        return _execution_device(self.model.get_output_embeddings())
 
     @property
     def vocab_size(self) -> int:

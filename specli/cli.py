@@ -123,7 +123,12 @@ TopKOpt = Annotated[int | None, typer.Option(help="Keep the k most likely tokens
 TopPOpt = Annotated[float | None, typer.Option(help="Nucleus sampling mass in (0, 1] (1 = off).")]
 SeedOpt = Annotated[int | None, typer.Option(help="Seed for reproducible sampling.")]
 StopOpt = Annotated[list[str] | None, typer.Option(help="Stop after this string (repeatable).")]
-DeviceOpt = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")]
+DeviceOpt = Annotated[
+    str,
+    typer.Option(
+        help="auto, cpu, cuda or cuda:N. auto with several GPUs spreads the target over as few as fit."
+    ),
+]
 DtypeOpt = Annotated[str | None, typer.Option(help="auto, float32, float16 or bfloat16.")]
 QuantOpt = Annotated[str | None, typer.Option(help="Quantize the target: none, 8bit or 4bit.")]
 ChatOpt = Annotated[
@@ -198,6 +203,8 @@ def _load_pair(
             allow_pickle=allow_pickle,
             trust_remote_code=trust_remote_code,
         )
+    if pair.placement is not None:
+        _stderr().print(f"note: {pair.placement.describe()}", markup=False)
     if getattr(pair.target_model, "is_quantized", False) and pair.target.device.type == "cpu":
         _stderr().print(
             "note: bitsandbytes quantization on CPU works but is slow: it saves memory, not time.",

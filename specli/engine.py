@@ -65,10 +65,13 @@ def generate_rounds(
     """
     if not prompt_ids:
         raise ValueError("prompt_ids must hold at least one token")
-    device = target.device
-    generator = None
+    device = target.output_device  # verification and sampling happen where the logits are
+    generator = draft_generator = None
     if config.seed is not None:
-        generator = torch.Generator(device=device).manual_seed(config.seed)
+        generator = draft_generator = torch.Generator(device=device).manual_seed(config.seed)
+        draft_device = getattr(drafter, "device", device)
+        if draft_device != device:  # a drafter on another device samples with its own generator
+            draft_generator = torch.Generator(device=draft_device).manual_seed(config.seed + 1)
     sampling = config.sampling
     start = perf_counter()
     cache = target.new_cache()
@@ -92,9 +95,11 @@ def generate_rounds(
         k = min(config.num_draft_tokens, budget - 1) if drafter is not None else 0
 
         t0 = perf_counter()
-        proposal = (
-            drafter.propose(k, sampling, generator) if k > 0 else Proposal(torch.empty(0, dtype=torch.long))
-        )
+        if k > 0:
+            proposal = drafter.propose(k, sampling, draft_generator)
+        else:
+            proposal = Proposal(torch.empty(0, dtype=torch.long))
+        # Only token ids cross devices (q too if the drafter is not beside the LM head; placement avoids it).
         draft_ids = proposal.ids.to(device)  # [k]
         k = draft_ids.shape[0]
         _synchronize(device)

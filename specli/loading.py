@@ -386,10 +386,13 @@ def load_model(
     allow_pickle: bool = False,
     trust_remote_code: bool = False,
     name: str | None = None,
+    max_memory: dict[int, int] | None = None,
 ):
     """A causal LM from a model folder, in eval mode on `device`.
 
     quant: 'none' | '8bit' | '4bit' (bitsandbytes; 4-bit is nf4 computing in `dtype`). Works on CPU too.
+    max_memory (several GPUs): accelerate's device_map="auto" splits the model over the GPUs it names,
+    {index: bytes}; an empty map lets accelerate use every GPU.
     """
     if quant not in QUANT_MODES:
         raise UsageError(f"unknown quantization '{quant}'", f"use one of: {', '.join(QUANT_MODES)}")
@@ -401,6 +404,10 @@ def load_model(
     kwargs: dict[str, Any] = dict(
         dtype=dtype, device_map={"": device}, trust_remote_code=bool(trust_remote_code)
     )
+    if max_memory is not None:
+        kwargs["device_map"] = "auto"
+        if max_memory:
+            kwargs["max_memory"] = dict(max_memory)
     if not allow_pickle:
         kwargs["use_safetensors"] = True
     if quant != "none":
@@ -413,7 +420,7 @@ def load_model(
         ) from err
     except torch.cuda.OutOfMemoryError as err:
         raise ModelLoadError(
-            f"'{label}' does not fit in {device} memory",
+            f"'{label}' does not fit in {device if max_memory is None else 'GPU'} memory",
             "try --quant 4bit or 8bit, a smaller model, or --device cpu",
         ) from err
     except Exception as err:

@@ -83,8 +83,16 @@ class Shape:
 
 @dataclass(frozen=True)
 class Estimate:
+    """weights_bytes and kv_bytes of one model.
+
+    modules: the sizes of the parts a device map places whole, in model order (embedding, each decoder
+    layer, final norm + LM head); tied: the LM head shares the embedding (so it sits where that does).
+    """
+
     weights_bytes: int
     kv_bytes: int
+    modules: tuple[int, ...] = ()
+    tied: bool = False
 
     @property
     def total_bytes(self) -> int:
@@ -102,7 +110,11 @@ def estimate(shape: Shape, dtype_bytes: int = 2, quant: str = "none", context: i
         weights = linear + 4 * rows + other * dtype_bytes
     else:
         weights = (linear + other) * dtype_bytes
-    return Estimate(int(weights), shape.kv_bytes(context, dtype_bytes))
+    embedding = shape.vocab_size * shape.hidden_size * dtype_bytes
+    head = shape.hidden_size * dtype_bytes + (0 if shape.tied else embedding)
+    layer = int((weights - embedding - head) / shape.num_layers)
+    modules = (embedding, *[layer] * shape.num_layers, head)
+    return Estimate(int(weights), shape.kv_bytes(context, dtype_bytes), modules, shape.tied)
 
 
 def _llama(v: int, d: int, n: int, h: int, kv: int, i: int, tied: bool, bias: bool = False) -> Shape:
@@ -202,25 +214,30 @@ class Need:
 
 def check_fits(needs: list[Need], device: Any, available: int | None) -> None:
     """Raise SpecliError (exit 1) with the figures and the options that would fit, when needs > available."""
-    from specli.errors import SpecliError
-
     total = sum(n.estimate.total_bytes for n in needs)
     if available is None or total <= available:
         return
+    raise not_enough(needs, f"{device} has {human(available)} free", cuda=device.type == "cuda")
+
+
+def not_enough(needs: list[Need], where: str, *, cuda: bool) -> Exception:
+    """The error for a pair that does not fit: what each model needs, what `where` has, what would fit."""
+    from specli.errors import SpecliError
+
+    total = sum(n.estimate.total_bytes for n in needs)
     parts = ", ".join(
         f"{n.name} {human(n.estimate.weights_bytes)} ({n.quant if n.quant != 'none' else n.dtype})"
         for n in needs
     )
     options = []
-    target = needs[0]
-    if target.quant != "4bit":
+    if needs[0].quant != "4bit":
         options.append("--quant 4bit")
     if len(needs) > 1:
         options.append("a smaller drafter, or --strategy lookup / self (no drafter)")
-    if device.type == "cuda":
+    if cuda:
         options.append("several GPUs (--device auto), or --device cpu (slow)")
-    raise SpecliError(
+    return SpecliError(
         f"not enough memory: the models need about {human(total)} ({parts}, KV cache for "
-        f"{PLAN_CONTEXT} tokens and 10% workspace) but {device} has {human(available)} free.",
+        f"{PLAN_CONTEXT} tokens and 10% workspace) but {where}.",
         "Try " + "; ".join(options) + ". Set SPECLI_NO_MEMORY_CHECK=1 to load anyway.",
     )

@@ -25,7 +25,11 @@ class Proposal:
 
 
 class Drafter(Protocol):
-    """A source of draft tokens for one generation at a time."""
+    """A source of draft tokens for one generation at a time.
+
+    A drafter that samples on a device of its own (a draft model) also has a `device` attribute; the
+    engine then hands `propose` a generator on that device.
+    """
 
     name: str
 

@@ -27,6 +27,11 @@ class DraftModelDrafter:
         self._drafted = torch.empty(0, dtype=torch.long)  # [k] last proposal
         self._length = 0  # committed tokens, including pending
 
+    @property
+    def device(self) -> torch.device:
+        """Where the drafter samples (the engine gives it a generator there)."""
+        return self.lm.output_device
+
     def reset(self, prompt_ids: list[int]) -> None:
         self._cache = self.lm.new_cache()
         if len(prompt_ids) > 1:
