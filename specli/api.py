@@ -10,7 +10,7 @@ for round in pair.stream("Hello", temperature=0.7, seed=1): ...
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +18,7 @@ import torch
 from transformers import AutoConfig
 
 from specli import loading
-from specli.cached_lm import CachedLM
+from specli.cached_lm import CachedLM, check_sliding_rollback
 from specli.drafters.base import Drafter
 from specli.drafters.draft_model import DraftModelDrafter
 from specli.drafters.prompt_lookup import PromptLookupDrafter
@@ -202,9 +202,11 @@ class Pair:
                     f"({stack.num_layers} layers).",
                     f"Pick --exit-layer between 1 and {stack.num_layers - 1}.",
                 )
+            check_sliding_rollback(self.target, f"'{self.target_name}' (strategy self)")
             return SelfSpeculativeDrafter(stack, layer)
         if self.draft is None:
             raise UsageError(f"strategy '{strategy}' needs a drafter model.", "Pass --draft MODEL.")
+        check_sliding_rollback(self.draft, f"the drafter '{self.draft_name}'")
         return DraftModelDrafter(self.draft, self.target.vocab_size, self.draft_max_positions)
 
     def stream(
@@ -366,13 +368,16 @@ def load(
     quant: str | None = None,
     allow_pickle: bool = False,
     trust_remote_code: bool = False,
+    download_bars: Callable[[str], Any] | None = None,
 ) -> Pair:
     """Load a pair from a preset name/path and/or explicit models; explicit arguments win over the preset.
 
     With no preset, target or draft, the embedded `tiny` preset is used (offline, CPU-sized).
 
     `dtype` applies to both models, `quant` to the target only. Tokenizers are compared before any
-    weights load.
+    weights load. download_bars(model) may return a tqdm class for huggingface_hub's download bars.
+    With device "auto" and several GPUs, a target too big for the first GPU is split over as few GPUs
+    as hold it (see `placement`), the drafter beside its LM head.
     """
     if preset is None and target is None and draft is None:
         preset = DEFAULT_PRESET
@@ -401,7 +406,11 @@ def load(
 
     def fetch(source: str, weights: bool = False) -> Any:
         return loading.resolve_source(
-            source, allow_pickle=allow_pickle, trust_remote_code=remote, weights=weights
+            source,
+            allow_pickle=allow_pickle,
+            trust_remote_code=remote,
+            weights=weights,
+            tqdm_class=download_bars(source) if download_bars else None,
         )
 
     def fetch_tokenizer(source: str) -> tuple[Any, Any]:
@@ -460,6 +469,12 @@ def load(
 
 
 def _draft_device(target_model: Any, placement: Placement) -> torch.device:
-    """The GPU that got the target's LM head (so p and q meet there); the planned one if it is not a GPU."""
+    """The GPU that got the target's LM head (so p and q meet there) if the drafter fits there; else the
+    planned one."""
+    from specli import memory
+
+    planned = torch.device("cuda", placement.draft_gpu or 0)
     head = CachedLM(target_model).output_device
-    return head if head.type == "cuda" else torch.device("cuda", placement.draft_gpu or 0)
+    if head.type != "cuda" or head == planned:
+        return planned
+    return head if (memory.free_bytes(head) or 0) >= placement.draft_bytes else planned

@@ -7,6 +7,28 @@ import inspect
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+SLIDING_ROLLBACK_VERSION = "5.18"  # first transformers whose sliding layers survive forwards in a row
+
+
+def check_sliding_rollback(lm: CachedLM, what: str) -> None:
+    """SpecliError when `lm` would draft through sliding-window layers on a transformers too old for it.
+
+    Drafting runs several forwards before the rollback; transformers < 5.18 returns too many keys from
+    a recording sliding layer in the second one and fails once the context passes the window.
+    """
+    import transformers
+    from packaging.version import Version
+
+    from specli.errors import SpecliError
+
+    if Version(transformers.__version__) >= Version(SLIDING_ROLLBACK_VERSION) or not lm.has_sliding_layers:
+        return
+    raise SpecliError(
+        f"{what} has sliding-window attention layers; drafting through them needs transformers "
+        f"{SLIDING_ROLLBACK_VERSION} or later (this is {transformers.__version__}).",
+        f"pip install -U 'transformers>={SLIDING_ROLLBACK_VERSION}', or use --strategy lookup or none.",
+    )
+
 
 def _execution_device(module: torch.nn.Module) -> torch.device:
     """The device a module computes on: accelerate's hook says so when it placed (or offloaded) it."""
@@ -56,8 +78,26 @@ class CachedLM:
         logits = self.model(input_ids=ids.to(self.device)[None], **kwargs).logits[0]  # [n|1, V]
         return logits[-1:] if last_only else logits
 
+    @property
+    def has_sliding_layers(self) -> bool:
+        """Whether the model's cache has sliding-window layers (their rollback needs care, see settle)."""
+        return any(getattr(layer, "is_sliding", False) for layer in self.new_cache().layers)
+
     @staticmethod
     def rewind(cache: DynamicCache, n: int) -> None:
-        """Drop the newest n positions from the cache (transformers 5: negative crop removes)."""
+        """Drop the newest n >= 0 positions from the cache (transformers 5: negative crop removes); with
+        n = 0, settle it."""
         if n > 0:
             cache.crop(-n)
+        else:
+            CachedLM.settle(cache)
+
+    @staticmethod
+    def settle(cache: DynamicCache) -> None:
+        """After a forward whose positions all stay: trim sliding-window layers back to their window.
+
+        Recording layers keep every position until a crop so they can roll back; transformers < 5.18
+        needs that crop before the next forward, later versions free the memory with it.
+        """
+        if any(getattr(layer, "is_sliding", False) for layer in cache.layers):
+            cache.crop(0)

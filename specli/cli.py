@@ -190,8 +190,10 @@ def _load_pair(
         top_p=1.0 if top_p is None else top_p,
         num_draft_tokens=1 if num_draft_tokens is None else num_draft_tokens,
     )
+    from specli.render.progress import loading_progress
+
     _quiet_transformers()
-    with _stderr().status("loading models…", spinner="dots"):
+    with loading_progress(_stderr()) as download_bars:
         pair = specli.load(
             preset,
             target=target,
@@ -202,6 +204,7 @@ def _load_pair(
             quant=quant,
             allow_pickle=allow_pickle,
             trust_remote_code=trust_remote_code,
+            download_bars=download_bars,
         )
     if pair.placement is not None:
         _stderr().print(f"note: {pair.placement.describe()}", markup=False)
@@ -488,6 +491,7 @@ def bench(
     from specli.api import check_strategy
     from specli.errors import UsageError
     from specli.render.bench import bench_view
+    from specli.render.progress import plain_counter
 
     with _user_errors(debug):
         strategies = list(dict.fromkeys(check_strategy(s) for s in strategy or []))
@@ -525,12 +529,19 @@ def bench(
             err.print(f"warning: {note}", markup=False)
         with Progress(*columns, console=err, transient=True) as progress:
             task = progress.add_task("bench", total=len(encoded))
-            measurements = b.run_bench(
-                pair, encoded, strategies, settings, on_prompt=lambda p: progress.advance(task)
-            )
+            lines = plain_counter(err, "bench: prompts measured", len(encoded))
+
+            def advance(_: Any) -> None:
+                progress.advance(task)
+                if not err.is_terminal:
+                    lines()
+
+            measurements = b.run_bench(pair, encoded, strategies, settings, on_prompt=advance)
             hf = None
             if compare_hf:
                 progress.update(task, description="transformers")
+                if not err.is_terminal:
+                    err.print("bench: timing transformers' generate() on the same prompts…", markup=False)
                 hf = b.run_transformers(pair, encoded, strategies, settings)
         env = b.environment(pair, dtype, quant)
         env["peak_memory_bytes"] = b.peak_memory_bytes(pair.target.device)

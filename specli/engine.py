@@ -77,6 +77,7 @@ def generate_rounds(
     cache = target.new_cache()
     if len(prompt_ids) > 1:  # prefill; the LM head runs for one position only
         target.forward(torch.tensor(prompt_ids[:-1]), cache, last_only=True)
+        target.settle(cache)
     shared = drafter if isinstance(drafter, SharesTargetCache) else None
     if drafter is not None:
         drafter.reset(prompt_ids)

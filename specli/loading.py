@@ -229,14 +229,19 @@ WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json", *PICKLE_PATTERNS
 
 
 def resolve_source(
-    model: str, *, allow_pickle: bool = False, trust_remote_code: bool = False, weights: bool = True
+    model: str,
+    *,
+    allow_pickle: bool = False,
+    trust_remote_code: bool = False,
+    weights: bool = True,
+    tqdm_class: Any = None,
 ) -> Path:
     """A local folder, or a hub id fetched into (or found in) the hub cache -> the folder to load from.
 
     Only configs, tokenizer files, chat templates and safetensors weights are fetched; `allow_pickle` adds
     `*.bin` weights and `trust_remote_code` adds the repo's `*.py` files. weights=False fetches everything
     but the weights, so checks can run before gigabytes move; a second call with weights=True completes
-    the same snapshot folder.
+    the same snapshot folder. tqdm_class draws huggingface_hub's progress bars (default: its own).
     """
     if model.startswith(EMBEDDED_PREFIX):
         return embedded_model(model[len(EMBEDDED_PREFIX) :])
@@ -269,6 +274,7 @@ def resolve_source(
     if not weights:
         patterns = [p for p in patterns if p not in WEIGHT_PATTERNS]
     offline = hub_offline()
+    bars = {"tqdm_class": tqdm_class} if tqdm_class is not None else {}
     try:
         folder = snapshot_download(
             model,
@@ -276,6 +282,7 @@ def resolve_source(
             ignore_patterns=HUB_IGNORE,
             cache_dir=hub_cache_dir(),
             local_files_only=offline,
+            **bars,
         )
     except HFValidationError as err:
         raise UsageError(

@@ -6,8 +6,10 @@ gets the target's LM head, for the drafter and its cache. The drafter goes there
 target's p meet on one device and the engine moves only token ids between GPUs.
 
 To know where the LM head lands, the plan replays what transformers does with "auto": every GPU but the
-last is capped at an even share of the weights plus 1.25 modules (bitsandbytes then takes 10% off every
-cap), modules are placed whole and in order, and GPU 0 keeps room for the largest module still to come.
+last is capped at an even share of the weights plus a buffer of 1.25 modules (bitsandbytes then takes
+10% off every cap), modules are placed whole and in order, and GPU 0 keeps room for the largest module
+still to come. The buffer is 1.25 decoder layers in transformers 5.17 and 1.25 of the largest module
+(often the embedding) in 5.24; a plan must work under both.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class Placement:
     target_gpus: tuple[int, ...]
     max_memory: dict[int, int]
     draft_gpu: int | None
+    draft_bytes: int = 0  # what the drafter was planned to take on draft_gpu
 
     @property
     def split(self) -> bool:
@@ -62,17 +65,25 @@ def fill(modules: Sequence[int], caps: Sequence[float]) -> list[int] | None:
     return where
 
 
-def head_gpu(target: Estimate, budgets: Sequence[float], quantized: bool) -> int | None:
-    """Where transformers' device_map="auto" puts the LM head under max_memory `budgets` (None: it
-    would spill off the GPUs). A tied head is placed with the embedding."""
+def head_gpu(target: Estimate, budgets: Sequence[float], quantized: bool, buffer: float) -> int | None:
+    """Where transformers' device_map="auto" puts the LM head under max_memory `budgets`, with `buffer`
+    bytes over the even share on every GPU but the last (None: it would spill off the GPUs). A tied head
+    is placed with the embedding."""
     modules = target.modules or (target.weights_bytes,)
     scale = QUANT_CAP if quantized else 1.0
-    per_gpu = target.weights_bytes / len(budgets) + 1.25 * max(modules)
+    per_gpu = target.weights_bytes / len(budgets) + buffer
     caps = [min(per_gpu, b) * scale for b in budgets[:-1]] + [budgets[-1] * scale]
     where = fill(modules, caps)
     if where is None:
         return None
     return where[0] if target.tied else where[-1]
+
+
+def _buffers(target: Estimate) -> set[float]:
+    """The balancing buffers of the transformers versions we know (see the module docstring)."""
+    modules = target.modules or (target.weights_bytes,)
+    layers = modules[1:-1] or modules
+    return {1.25 * max(layers), 1.25 * max(modules)}
 
 
 def plan_placement(
@@ -97,13 +108,14 @@ def plan_placement(
                 if budgets[0] < target.weights_bytes:
                     continue
             else:
-                head = head_gpu(target, budgets, quantized)
-                if head is None or (host is not None and head != host):
+                heads = {head_gpu(target, budgets, quantized, b) for b in _buffers(target)}
+                if None in heads or (host is not None and heads != {host}):
                     continue
             return Placement(
                 target_gpus=tuple(range(count)),
                 max_memory={i: int(b / scale) for i, b in enumerate(budgets)},
                 draft_gpu=host,
+                draft_bytes=draft_total,
             )
     return None
 

@@ -79,6 +79,16 @@ def save_model(path: Path, model, tokenizer: PreTrainedTokenizerFast | None = No
     return path
 
 
+def _old_sliding_cache() -> bool:
+    import transformers
+    from packaging.version import Version
+
+    return Version(transformers.__version__) < Version("5.18")
+
+
+OLD_SLIDING_CACHE = _old_sliding_cache()  # sliding layers cannot take forwards in a row before a crop
+
+
 @pytest.fixture(scope="session", autouse=True)
 def one_thread():
     """Tiny models gain nothing from threads, and OpenMP threads on a busy 2-core machine spin-wait."""

@@ -134,11 +134,11 @@ def bench_json(tiny_pair, tmp_path_factory):
          "--max-new-tokens", "12", "--repeats", "2", "--json", str(out)],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    return json.loads(out.read_text()), result.stdout
+    return json.loads(out.read_text()), result.stdout, result.stderr
 
 
 def test_bench_json_is_consistent(bench_json):
-    data, _ = bench_json
+    data, _, _ = bench_json
     assert data["errors"] == []
     for category, per in data["summary"].items():
         assert set(per) == {"none", "draft", "lookup", "self"}, category
@@ -156,9 +156,16 @@ def test_bench_json_is_consistent(bench_json):
 
 
 def test_bench_prints_a_table_per_category(bench_json):
-    _, stdout = bench_json
+    _, stdout, _ = bench_json
     for title in ("completion", "editing", "overall"):
         assert title in stdout
+
+
+def test_bench_off_a_terminal_says_how_far_it_is(bench_json):
+    """Piped, Rich draws no bar: plain lines on stderr count the prompts (the 4 that fit), none on stdout."""
+    _, stdout, stderr = bench_json
+    assert "bench: prompts measured: 4/4" in stderr
+    assert "prompts measured" not in stdout
 
 
 def test_bench_reports_a_lossy_strategy_as_an_error(tiny_pair, monkeypatch):

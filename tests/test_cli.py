@@ -65,7 +65,9 @@ def pair_args(tiny_pair, *extra: str) -> list[str]:
 
 
 def run_json(*args: str, input: str | None = None) -> dict:
-    result = invoke("generate", *args, "--json", input=input)
+    """generate --json, on CPU unless args say otherwise (the references here are computed on CPU)."""
+    device = () if "--device" in args else ("--device", "cpu")
+    result = invoke("generate", *args, *device, "--json", input=input)
     assert result.exit_code == 0, result.output
     lines = result.stdout.strip().splitlines()
     assert len(lines) == 1, f"--json must print one object on one line, got {len(lines)} lines"

@@ -248,10 +248,18 @@ def test_offline_flag_from_hub_constants(tmp_path, monkeypatch):
         loading.resolve_source("specli-test/absent")
 
 
-def _http_response(status: int):
-    import httpx2
+def _http():
+    """The HTTP library huggingface_hub builds its errors on: httpx2 (hub 2.x) or httpx (hub 1.x)."""
+    try:
+        import httpx2 as http
+    except ImportError:
+        import httpx as http
+    return http
 
-    return httpx2.Response(status, request=httpx2.Request("GET", "https://huggingface.co/api/models/o/n"))
+
+def _http_response(status: int):
+    http = _http()
+    return http.Response(status, request=http.Request("GET", "https://huggingface.co/api/models/o/n"))
 
 
 def _raise_from_hub(monkeypatch, error: Exception) -> list[dict]:
@@ -271,7 +279,6 @@ def _raise_from_hub(monkeypatch, error: Exception) -> list[dict]:
 
 
 def test_hub_errors_are_explained(monkeypatch):
-    import httpx2
     from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
 
     _raise_from_hub(monkeypatch, GatedRepoError("gated", response=_http_response(403)))
@@ -287,7 +294,7 @@ def test_hub_errors_are_explained(monkeypatch):
     assert "spelling" in str(info.value) and "HF_TOKEN" in str(info.value)
 
     down = LocalEntryNotFoundError("cannot find")
-    down.__cause__ = httpx2.ConnectError("no route")
+    down.__cause__ = _http().ConnectError("no route")
     _raise_from_hub(monkeypatch, down)
     with pytest.raises(ModelLoadError, match="could not reach the Hugging Face Hub") as info:
         loading.resolve_source("org/name")

@@ -36,6 +36,7 @@ class DraftModelDrafter:
         self._cache = self.lm.new_cache()
         if len(prompt_ids) > 1:
             self.lm.forward(torch.tensor(prompt_ids[:-1]), self._cache, last_only=True)
+            self.lm.settle(self._cache)
         self._pending = [prompt_ids[-1]]
         self._drafted = torch.empty(0, dtype=torch.long)
         self._length = len(prompt_ids)
