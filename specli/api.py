@@ -181,8 +181,14 @@ class Pair:
 
     # --- generation -----------------------------------------------------------------------------
     def _drafter(
-        self, strategy: str, exit_layer: int | None, ngram_min: int | None, ngram_max: int | None
+        self,
+        strategy: str,
+        exit_layer: int | None,
+        ngram_min: int | None,
+        ngram_max: int | None,
+        length: int,
     ) -> Drafter | None:
+        """The strategy's drafter for a generation that can reach `length` tokens (None: plain)."""
         spec = self.speculation
         if strategy == "none":
             return None
@@ -202,11 +208,11 @@ class Pair:
                     f"({stack.num_layers} layers).",
                     f"Pick --exit-layer between 1 and {stack.num_layers - 1}.",
                 )
-            check_sliding_rollback(self.target, f"'{self.target_name}' (strategy self)")
+            check_sliding_rollback(self.target, f"'{self.target_name}' (strategy self)", length)
             return SelfSpeculativeDrafter(stack, layer)
         if self.draft is None:
             raise UsageError(f"strategy '{strategy}' needs a drafter model.", "Pass --draft MODEL.")
-        check_sliding_rollback(self.draft, f"the drafter '{self.draft_name}'")
+        check_sliding_rollback(self.draft, f"the drafter '{self.draft_name}'", length)
         return DraftModelDrafter(self.draft, self.target.vocab_size, self.draft_max_positions)
 
     def stream(
@@ -254,7 +260,10 @@ class Pair:
             top_p=config.sampling.top_p,
             num_draft_tokens=config.num_draft_tokens,
         )
-        drafter = self._drafter(check_strategy(strategy or self.strategy), exit_layer, ngram_min, ngram_max)
+        length = len(ids) + config.max_new_tokens + config.num_draft_tokens
+        drafter = self._drafter(
+            check_strategy(strategy or self.strategy), exit_layer, ngram_min, ngram_max, length
+        )
         criteria = StopCriteria(self.eos_ids, tuple(stop or ()), self.decode)
         return generate_rounds(self.target, drafter, ids, config, criteria, self.max_positions)
 

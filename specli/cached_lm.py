@@ -10,22 +10,27 @@ from transformers import DynamicCache, PreTrainedModel
 SLIDING_ROLLBACK_VERSION = "5.18"  # first transformers whose sliding layers survive forwards in a row
 
 
-def check_sliding_rollback(lm: CachedLM, what: str) -> None:
-    """SpecliError when `lm` would draft through sliding-window layers on a transformers too old for it.
+def check_sliding_rollback(lm: CachedLM, what: str, length: int) -> None:
+    """SpecliError when `lm` would draft through sliding-window layers past their window (a sequence of
+    up to `length` tokens) on a transformers too old for it.
 
     Drafting runs several forwards before the rollback; transformers < 5.18 returns too many keys from
-    a recording sliding layer in the second one and fails once the context passes the window.
+    a recording sliding layer in the second one, which breaks once the context passes the window.
     """
     import transformers
     from packaging.version import Version
 
     from specli.errors import SpecliError
 
-    if Version(transformers.__version__) >= Version(SLIDING_ROLLBACK_VERSION) or not lm.has_sliding_layers:
+    if Version(transformers.__version__) >= Version(SLIDING_ROLLBACK_VERSION):
+        return
+    window = lm.sliding_window
+    if window is None or length < window:
         return
     raise SpecliError(
-        f"{what} has sliding-window attention layers; drafting through them needs transformers "
-        f"{SLIDING_ROLLBACK_VERSION} or later (this is {transformers.__version__}).",
+        f"{what} has sliding-window attention layers (window {window}) and this generation can reach "
+        f"{length} tokens; drafting past the window needs transformers {SLIDING_ROLLBACK_VERSION} or later "
+        f"(this is {transformers.__version__}).",
         f"pip install -U 'transformers>={SLIDING_ROLLBACK_VERSION}', or use --strategy lookup or none.",
     )
 
@@ -79,9 +84,14 @@ class CachedLM:
         return logits[-1:] if last_only else logits
 
     @property
-    def has_sliding_layers(self) -> bool:
-        """Whether the model's cache has sliding-window layers (their rollback needs care, see settle)."""
-        return any(getattr(layer, "is_sliding", False) for layer in self.new_cache().layers)
+    def sliding_window(self) -> int | None:
+        """The shortest sliding window among the model's cache layers, or None without sliding layers."""
+        windows = [
+            getattr(layer, "sliding_window", None)
+            for layer in self.new_cache().layers
+            if getattr(layer, "is_sliding", False)
+        ]
+        return min((w for w in windows if w), default=None)
 
     @staticmethod
     def rewind(cache: DynamicCache, n: int) -> None:

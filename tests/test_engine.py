@@ -221,3 +221,24 @@ def test_sliding_window_caches_roll_back_past_the_window(tmp_path, tokenizer, ar
     if strategy != "none":
         assert any(r.accepted < len(r.drafted) for r in result.rounds)  # rollbacks happened
     assert result.token_ids == reference(pair, ids, 24, set())
+
+
+def test_old_transformers_refuses_drafting_past_a_sliding_window_only(tmp_path, tokenizer, monkeypatch):
+    """The < 5.18 guard, checked on any transformers: a window the generation can pass is refused with
+    the upgrade hint; a window it cannot reach (Mistral's default 4096) drafts as usual."""
+    import transformers
+
+    monkeypatch.setattr(transformers, "__version__", "5.17.0")
+    vocab = len(tokenizer)
+    target = make_model("mistral", vocab, layers=2, seed=7, sliding_window=None)
+    paths = {}
+    for window in (8, 4096):
+        draft = make_model("mistral", vocab, layers=1, sliding_window=window)
+        paths[window] = save_model(tmp_path / f"d{window}", draft, tokenizer)
+    target_dir = str(save_model(tmp_path / "t", target, tokenizer))
+    short = specli.load(target=target_dir, draft=str(paths[8]), device="cpu")
+    with pytest.raises(SpecliError, match=r"window 8\) and this generation can reach") as err:
+        short.generate("import os", max_new_tokens=20)
+    assert "transformers>=5.18" in str(err.value.hint)
+    long = specli.load(target=target_dir, draft=str(paths[4096]), device="cpu")
+    assert long.generate("import os", max_new_tokens=20).stats.drafted > 0
