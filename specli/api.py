@@ -454,12 +454,10 @@ def load(
             **where,
         )
 
-    if placement is None:
-        target_model = weights(target_dir, target_source, target_dtype, target_quant, device=dev)
-    else:
-        target_model = weights(
-            target_dir, target_source, target_dtype, target_quant, device=dev, max_memory=placement.max_memory
-        )
+    split = placement.max_memory if placement is not None else None  # None: whole on `dev`
+    target_model = weights(
+        target_dir, target_source, target_dtype, target_quant, device=dev, max_memory=split
+    )
     draft_model = None
     if draft_dir is not None:
         draft_dev = dev if placement is None else _draft_device(target_model, placement)
