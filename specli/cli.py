@@ -485,13 +485,11 @@ def bench(
     """Measure strategies against plain decoding (and transformers) on prompt sets, per category."""
     from pathlib import Path
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
     from specli import bench as b
     from specli.api import check_strategy
     from specli.errors import UsageError
     from specli.render.bench import bench_view
-    from specli.render.progress import plain_counter
+    from specli.render.progress import Counted
 
     with _user_errors(debug):
         strategies = list(dict.fromkeys(check_strategy(s) for s in strategy or []))
@@ -523,25 +521,16 @@ def bench(
             ngram_max=ngram_max,
         )
         err = _stderr()
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
         encoded, skipped = b.encode_prompts(pair, selected, chat)
         for note in skipped:
             err.print(f"warning: {note}", markup=False)
-        with Progress(*columns, console=err, transient=True) as progress:
-            task = progress.add_task("bench", total=len(encoded))
-            lines = plain_counter(err, "bench: prompts measured", len(encoded))
-
-            def advance(_: Any) -> None:
-                progress.advance(task)
-                if not err.is_terminal:
-                    lines()
-
-            measurements = b.run_bench(pair, encoded, strategies, settings, on_prompt=advance)
+        with Counted(err, "bench: prompts measured", len(encoded)) as counted:
+            measurements = b.run_bench(
+                pair, encoded, strategies, settings, on_prompt=lambda _: counted.advance()
+            )
             hf = None
             if compare_hf:
-                progress.update(task, description="transformers")
-                if not err.is_terminal:
-                    err.print("bench: timing transformers' generate() on the same prompts…", markup=False)
+                counted.stage("timing transformers' generate() on the same prompts…")
                 hf = b.run_transformers(pair, encoded, strategies, settings)
         env = b.environment(pair, dtype, quant)
         env["peak_memory_bytes"] = b.peak_memory_bytes(pair.target.device)

@@ -8,7 +8,7 @@ import io
 from rich.console import Console
 
 from specli import loading
-from specli.render.progress import loading_progress, new_progress, plain_counter, tqdm_for
+from specli.render.progress import Counted, loading_progress, new_progress, tqdm_for
 
 
 def _console(terminal: bool) -> Console:
@@ -88,13 +88,23 @@ def test_loading_progress_is_one_display_in_a_terminal():
     assert console.file.getvalue().endswith("\x1b[2K")  # transient: both lines erased when loading ends
 
 
-def test_plain_counter_prints_tenths():
+def test_counted_prints_tenths_and_stages_off_a_terminal():
     console = _console(False)
-    advance = plain_counter(console, "bench", 20)
-    for _ in range(20):
-        advance()
+    with Counted(console, "bench", 20) as counted:
+        for _ in range(20):
+            counted.advance()
+        counted.stage("timing transformers")
     lines = console.export_text().splitlines()
-    assert lines[0] == "bench: 2/20" and lines[-1] == "bench: 20/20" and len(lines) == 10
+    assert lines[0] == "bench: 2/20" and lines[9] == "bench: 20/20" and len(lines) == 11
+    assert lines[-1] == "bench: timing transformers"
+
+
+def test_counted_draws_a_bar_in_a_terminal():
+    console = _console(True)
+    with Counted(console, "bench", 4) as counted:
+        counted.advance()
+        counted.progress.refresh()
+    assert "1/4" in console.export_text()
 
 
 def test_resolve_source_hands_the_bars_to_snapshot_download(monkeypatch, tmp_path):

@@ -14,7 +14,16 @@ from typing import Any
 
 from rich import filesize
 from rich.console import Console
-from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, Task, TextColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    Task,
+    TextColumn,
+    TimeRemainingColumn,
+)
 from rich.text import Text
 from tqdm.std import tqdm
 
@@ -104,16 +113,44 @@ def loading_progress(console: Console, message: str = "loading models…") -> It
         yield lambda label: tqdm_for(progress, label)
 
 
-def plain_counter(console: Console, what: str, total: int, steps: int = 10) -> Callable[[], None]:
-    """Off a terminal: a callable to call once per item that prints '<what>: 3/12' at every tenth."""
-    done = shown = 0
+class Counted:
+    """Counted work (`with Counted(console, "bench", 12) as c: c.advance()`): a Rich bar with the count and
+    the time left in a terminal; off one, '<what>: 3/12' at every tenth and a line per `stage`."""
 
-    def advance() -> None:
-        nonlocal done, shown
-        done += 1
-        step = done * steps // max(total, 1)
-        if step > shown or done == total:
-            shown = step
-            console.print(f"{what}: {done}/{total}", markup=False, highlight=False)
+    def __init__(self, console: Console, what: str, total: int, steps: int = 10) -> None:
+        self.console, self.what, self.total, self.steps = console, what, total, steps
+        self.done = self.shown = 0
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            console=console,
+            transient=True,
+            disable=not console.is_terminal,
+        )
+        self.task = self.progress.add_task(what, total=total)
 
-    return advance
+    def __enter__(self) -> Counted:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def advance(self) -> None:
+        self.done += 1
+        self.progress.advance(self.task)
+        step = self.done * self.steps // max(self.total, 1)
+        if not self.console.is_terminal and (step > self.shown or self.done == self.total):
+            self.shown = step
+            self._line(f"{self.what}: {self.done}/{self.total}")
+
+    def stage(self, description: str) -> None:
+        """A new stage of the same work (the bar's label; a line of its own off a terminal)."""
+        self.progress.update(self.task, description=description)
+        if not self.console.is_terminal:
+            self._line(f"{self.what}: {description}")
+
+    def _line(self, text: str) -> None:
+        self.console.print(text, markup=False, highlight=False)
