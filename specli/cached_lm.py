@@ -35,6 +35,12 @@ def check_sliding_rollback(lm: CachedLM, what: str, length: int) -> None:
     )
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (CUDA); a no-op elsewhere. Clocks read after this are true."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def _execution_device(module: torch.nn.Module) -> torch.device:
     """The device a module computes on: accelerate's hook says so when it placed (or offloaded) it."""
     hook = getattr(module, "_hf_hook", None)
