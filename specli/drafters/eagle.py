@@ -1,0 +1,121 @@
+"""`eagle` strategy: an EAGLE head drafts from the target's own hidden states (EAGLE-1 and EAGLE-3).
+
+The head reads features the target computes anyway: the engine hands them over after the prefill and
+after every verify forward (`ReadsTargetFeatures`), so no extra target forward ever runs.
+
+Per round, with m pairs (feature of x_t, token x_{t+1}) known to be true since the last round:
+  draft:  ONE head step over those m pairs (its cache now holds only true positions) gives d_1; then
+          k-1 single steps feed the head's own state and the drafted token back (the chain).
+  commit: the chain's positions are cut from the head's cache; the verify forward's features of pending
+          and the accepted drafts, paired with the next committed tokens, wait for the next round.
+A reduced draft vocabulary maps into the target's (q is zero outside it), so rejection sampling stays
+exact: the target verifies every token as with any other drafter.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from specli.drafters.base import Proposal
+from specli.eagle_head import EagleHead, HeadCache
+from specli.sampling import SamplingConfig, choose
+
+
+class EagleDrafter:
+    """Drafts with an EagleHead beside the target's LM head; keeps the head's own KV cache."""
+
+    name = "eagle"
+
+    def __init__(self, head: EagleHead, target_model: Any) -> None:
+        self.head = head
+        self.feature_layers = tuple(head.config.aux_layers)
+        self._embed = target_model.get_input_embeddings()
+        self._target_head = target_model.get_output_embeddings()
+        self._target_vocab = self._target_head.weight.shape[0]
+        self._draft_ids = head.draft_to_target()  # [V_draft] target ids, or None (same vocabulary)
+        self._cache = HeadCache()
+        self._prompt: list[int] = []
+        self._true_features: list[torch.Tensor] = []  # [m_i, F] blocks not yet run through the head
+        self._true_tokens: list[int] = []  # the token after each of those positions
+        self._verified: torch.Tensor | None = None  # [k+1, F] the last verify forward's features
+        self._drafted: list[int] = []
+        self._true_length = 0  # head positions that came from true features
+
+    @property
+    def device(self) -> torch.device:
+        """Where the head samples (it sits beside the target's LM head)."""
+        return self.head.fc.weight.device
+
+    def reset(self, prompt_ids: list[int]) -> None:
+        self._cache = HeadCache()
+        self._prompt = list(prompt_ids) if len(prompt_ids) > 1 else []  # a prefill's features will come
+        self._true_features, self._true_tokens = [], []
+        self._verified, self._drafted, self._true_length = None, [], 0
+
+    def observe_features(self, features: torch.Tensor) -> None:
+        """features [n, F] of the positions the target just ran (the prefill's, then each verify's)."""
+        if self._prompt:  # the prefill: prompt[:-1], each followed by the next prompt token
+            self._queue(features, self._prompt[1:])
+            self._prompt = []
+        else:
+            self._verified = features  # [k+1, F]: pending, d_1..d_k; sorted out at commit
+
+    def _queue(self, features: torch.Tensor, next_tokens: list[int]) -> None:
+        self._true_features.append(features)
+        self._true_tokens += next_tokens
+
+    def _embeddings(self, ids: list[int] | torch.Tensor) -> torch.Tensor:
+        """Token ids -> the target's embeddings [n, H] on the head's device and dtype."""
+        ids = torch.as_tensor(ids, dtype=torch.long, device=self._embed.weight.device)
+        return self._embed(ids).to(self.device, self.head.fc.weight.dtype)
+
+    def _target_logits(self, draft_logits: torch.Tensor) -> torch.Tensor:
+        """Logits over the draft vocabulary [V_draft] -> over the target's [V_target] (-inf outside)."""
+        draft_logits = draft_logits.float()
+        if self._draft_ids is None:
+            v = draft_logits.shape[-1]
+            if v >= self._target_vocab:
+                return draft_logits[: self._target_vocab]
+            pad = draft_logits.new_full((self._target_vocab - v,), -float("inf"))
+            return torch.cat([draft_logits, pad])
+        full = draft_logits.new_full((self._target_vocab,), -float("inf"))
+        return full.index_copy(0, self._draft_ids, draft_logits)
+
+    @torch.inference_mode()
+    def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None) -> Proposal:
+        self._drafted = []
+        if not self._true_tokens:  # no feature yet (a one-token prompt): this round is a plain step
+            return Proposal.empty()
+        head = self.head
+        dtype = head.fc.weight.dtype
+        features = torch.cat(self._true_features).to(self.device, dtype)  # [m, F]
+        start = self._cache.length
+        positions = torch.arange(start, start + features.shape[0], device=self.device)
+        states = head.step(self._embeddings(self._true_tokens), head.fuse(features), positions, self._cache)
+        self._true_features, self._true_tokens = [], []
+        self._true_length = self._cache.length
+        state = states[-1:]  # [1, H]
+        ids: list[torch.Tensor] = []
+        qs: list[torch.Tensor] = []
+        for i in range(k):
+            logits = self._target_logits(head.draft_logits(state, self._target_head)[-1])  # [V]
+            token, q = choose(logits, sampling, generator)  # [1], [V] | None
+            ids.append(token)
+            if q is not None:
+                qs.append(q)
+            if i < k - 1:  # the chain: the head's own state stands in for the missing feature
+                position = torch.tensor([self._cache.length], device=self.device)
+                state = head.step(self._embeddings(token), state, position, self._cache)
+        drafted = torch.cat(ids)  # [k]
+        self._drafted = drafted.tolist()
+        info = {"head": head.config.kind, "target_layers": list(self.feature_layers)}
+        return Proposal(ids=drafted, q=torch.stack(qs) if qs else None, info=info)
+
+    def commit(self, accepted: int, token: int) -> None:
+        self._cache.crop(self._true_length)  # drop the chain: only true positions stay
+        if self._verified is not None:  # pending and the accepted drafts now have true features
+            next_tokens = self._drafted[:accepted] + [token]
+            self._queue(self._verified[: accepted + 1], next_tokens)
+        self._verified, self._drafted = None, []

@@ -1,0 +1,263 @@
+"""EAGLE draft heads: one decoder layer that drafts from the target's own hidden states.
+
+Two kinds share one module (docs/design.md §7):
+
+- **eagle1** (EAGLE-1): the layer reads fc(cat(embedding, feature)) [2H -> H], where the feature is the
+  target's top hidden state (after its final norm); the layer's output is a predicted next feature, and
+  the target's own LM head turns it into the draft distribution.
+- **eagle3** (EAGLE-3): fc fuses the target's low, mid and high features [n·H_t -> H]; the layer's
+  attention reads cat(input_norm(embedding), hidden_norm(fused)) [2H]; the head has its own final norm
+  and LM head, possibly over a reduced draft vocabulary with a draft -> target id map (`d2t`: target id =
+  draft id + d2t[draft id]).
+
+Alignment: head position t pairs the feature of token x_t with the embedding of x_{t+1} and predicts
+x_{t+2}. When drafting past the known features, the head's own output state at t stands in for the
+missing feature at t+1 (eagle3 feeds it without fc; eagle1 through fc like a real feature).
+
+The head keeps its own KV cache (`HeadCache`): one layer, so one (keys, values) pair that can be cut
+back to any length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+KINDS = ("eagle1", "eagle3")
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    """The shape of a head. `aux_layers` are the target hidden states it reads, by transformers'
+    output_hidden_states index (i is the input of layer i; num_layers is the final, normed output)."""
+
+    kind: str
+    hidden_size: int
+    intermediate_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    target_hidden_size: int
+    target_vocab_size: int
+    draft_vocab_size: int
+    aux_layers: tuple[int, ...]
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    max_position_embeddings: int = 2048
+    norm_before_residual: bool = False
+    fc_bias: bool = False
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown head kind {self.kind!r}; one of {KINDS}")
+        if self.kind == "eagle1" and self.draft_vocab_size != self.target_vocab_size:
+            raise ValueError(
+                "an eagle1 head drafts through the target's LM head: its vocabulary is the target's"
+            )
+
+    @property
+    def reduced_vocab(self) -> bool:
+        return self.draft_vocab_size != self.target_vocab_size
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["aux_layers"] = list(self.aux_layers)
+        return d
+
+
+def default_aux_layers(num_layers: int) -> tuple[int, ...]:
+    """EAGLE-3's default features: those entering layers 2, L//2 and L-3 (low -> high)."""
+    return (min(2, num_layers - 1), num_layers // 2, max(0, num_layers - 3))
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rotate(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotary embedding (Llama's half-split layout) of x [..., n, d] at positions [n]."""
+    d = x.shape[-1]
+    inv = 1.0 / theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d)  # [d/2]
+    angles = positions.to(x.device, torch.float32)[:, None] * inv[None]  # [n, d/2]
+    cos = torch.cat([angles.cos(), angles.cos()], -1).to(x.dtype)  # [n, d]
+    sin = torch.cat([angles.sin(), angles.sin()], -1).to(x.dtype)
+    half = d // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], -1)
+    return x * cos + rotated * sin
+
+
+@dataclass
+class HeadCache:
+    """The head's keys and values [kv_heads, T, head_dim] (one layer; batch 1)."""
+
+    keys: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.keys is None else self.keys.shape[1]
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.keys = k if self.keys is None else torch.cat([self.keys, k], 1)
+        self.values = v if self.values is None else torch.cat([self.values, v], 1)
+        return self.keys, self.values
+
+    def crop(self, length: int) -> None:
+        """Keep the first `length` positions."""
+        if self.keys is not None:
+            self.keys, self.values = self.keys[:, :length], self.values[:, :length]
+
+
+class EagleHead(nn.Module):
+    """One EAGLE decoder layer with its input fusion and (eagle3) its own norm and LM head.
+
+    Weight names follow the `speculators` layout: fc, layers.0.{self_attn,mlp,input_layernorm,
+    hidden_norm,post_attention_layernorm}, norm, lm_head, d2t / t2d buffers (eagle3).
+    """
+
+    def __init__(self, config: HeadConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        h = c.hidden_size
+        eagle3 = c.kind == "eagle3"
+        fused_in = len(c.aux_layers) * c.target_hidden_size if eagle3 else 2 * h
+        self.fc = nn.Linear(fused_in, h, bias=c.fc_bias)
+        self.layers = nn.ModuleList([_Layer(c)])
+        if eagle3:
+            self.norm = RMSNorm(h, c.rms_norm_eps)
+            self.lm_head = nn.Linear(h, c.draft_vocab_size, bias=False)
+            self.register_buffer("d2t", torch.zeros(c.draft_vocab_size, dtype=torch.long))
+            self.register_buffer("t2d", torch.ones(c.target_vocab_size, dtype=torch.bool))
+
+    @property
+    def layer(self) -> _Layer:
+        return self.layers[0]
+
+    def fuse(self, features: torch.Tensor) -> torch.Tensor:
+        """Target features [n, F] -> the layer's hidden input [n, H] (eagle3: fc; eagle1: as they are)."""
+        return self.fc(features) if self.config.kind == "eagle3" else features
+
+    def step(
+        self,
+        embeds: torch.Tensor,
+        hidden: torch.Tensor,
+        positions: torch.Tensor,
+        cache: HeadCache,
+    ) -> torch.Tensor:
+        """Run n new positions after what cache holds: embeds [n, H], hidden [n, H] (fused features or
+        the head's own states) -> output states [n, H]; appends n keys/values to cache."""
+        if self.config.kind == "eagle1":
+            x = self.fc(torch.cat([embeds, hidden], -1))  # [n, H]
+            return self.layer(x, x, positions, cache)
+        return self.layer.forward_eagle3(embeds, hidden, positions, cache)
+
+    def draft_logits(self, states: torch.Tensor, target_head: nn.Module | None = None) -> torch.Tensor:
+        """Output states [n, H] -> logits over the draft vocabulary [n, V_draft] (eagle1: the target's
+        LM head, given as target_head)."""
+        if self.config.kind == "eagle1":
+            if target_head is None:
+                raise ValueError("an eagle1 head needs the target's LM head")
+            return target_head(states.to(target_head.weight.dtype))
+        return self.lm_head(self.norm(states))
+
+    def draft_to_target(self) -> torch.Tensor | None:
+        """Target ids of the draft vocabulary [V_draft] (None when the vocabularies are the same)."""
+        if not self.config.reduced_vocab:
+            return None
+        return torch.arange(self.config.draft_vocab_size, device=self.d2t.device) + self.d2t
+
+
+class _Layer(nn.Module):
+    """A Llama decoder layer whose attention may read [2H] (eagle3)."""
+
+    def __init__(self, c: HeadConfig) -> None:
+        super().__init__()
+        self.c = c
+        h, d = c.hidden_size, c.head_dim
+        attn_in = 2 * h if c.kind == "eagle3" else h
+        self.self_attn = nn.Module()
+        self.self_attn.q_proj = nn.Linear(attn_in, c.num_heads * d, bias=False)
+        self.self_attn.k_proj = nn.Linear(attn_in, c.num_kv_heads * d, bias=False)
+        self.self_attn.v_proj = nn.Linear(attn_in, c.num_kv_heads * d, bias=False)
+        self.self_attn.o_proj = nn.Linear(c.num_heads * d, h, bias=False)
+        self.mlp = nn.Module()
+        self.mlp.gate_proj = nn.Linear(h, c.intermediate_size, bias=False)
+        self.mlp.up_proj = nn.Linear(h, c.intermediate_size, bias=False)
+        self.mlp.down_proj = nn.Linear(c.intermediate_size, h, bias=False)
+        self.input_layernorm = RMSNorm(h, c.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(h, c.rms_norm_eps)
+        if c.kind == "eagle3":
+            self.hidden_norm = RMSNorm(h, c.rms_norm_eps)
+
+    def qkv(
+        self, x: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x [n, attn_in] -> q [heads, n, d], k and v [kv_heads, n, d], rotated at positions."""
+        c, a = self.c, self.self_attn
+        n = x.shape[0]
+        q = a.q_proj(x).view(n, c.num_heads, c.head_dim).transpose(0, 1)
+        k = a.k_proj(x).view(n, c.num_kv_heads, c.head_dim).transpose(0, 1)
+        v = a.v_proj(x).view(n, c.num_kv_heads, c.head_dim).transpose(0, 1)
+        return rotate(q, positions, c.rope_theta), rotate(k, positions, c.rope_theta), v
+
+    def attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """Causal attention of the n newest queries over all keys -> [n, H]."""
+        c = self.c
+        n, total = q.shape[1], keys.shape[1]
+        groups = c.num_heads // c.num_kv_heads
+        if groups > 1:
+            keys, values = keys.repeat_interleave(groups, 0), values.repeat_interleave(groups, 0)
+        mask = torch.ones(n, total, dtype=torch.bool, device=q.device).tril(total - n)  # [n, T]
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # [heads, n, d]
+        return self.self_attn.o_proj(out.transpose(0, 1).reshape(n, c.num_heads * c.head_dim))
+
+    def _finish(self, residual: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        h = residual + attn
+        m = self.mlp
+        x = self.post_attention_layernorm(h)
+        return h + m.down_proj(F.silu(m.gate_proj(x)) * m.up_proj(x))
+
+    def forward(
+        self, x: torch.Tensor, residual: torch.Tensor, positions: torch.Tensor, cache: HeadCache
+    ) -> torch.Tensor:
+        """eagle1: x [n, H] (already fused) -> [n, H]."""
+        q, k, v = self.qkv(self.input_layernorm(x), positions)
+        keys, values = cache.append(k, v)
+        return self._finish(residual, self.attend(q, keys, values))
+
+    def forward_eagle3(
+        self, embeds: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor, cache: HeadCache
+    ) -> torch.Tensor:
+        """eagle3: attention reads cat(input_norm(embeds), hidden_norm(hidden)) [n, 2H] -> [n, H]."""
+        normed = self.hidden_norm(hidden)
+        residual = normed if self.c.norm_before_residual else hidden
+        x = torch.cat([self.input_layernorm(embeds), normed], -1)  # [n, 2H]
+        q, k, v = self.qkv(x, positions)
+        keys, values = cache.append(k, v)
+        return self._finish(residual, self.attend(q, keys, values))
+
+
+def init_weights(head: EagleHead, std: float = 0.02, seed: int | None = None) -> EagleHead:
+    """Normal(0, std) linear weights, unit norms (as a fresh Llama layer)."""
+    generator = torch.Generator().manual_seed(seed) if seed is not None else None
+    for module in head.modules():
+        if isinstance(module, nn.Linear):
+            with torch.no_grad():
+                module.weight.copy_(torch.randn(module.weight.shape, generator=generator) * std)
+                if module.bias is not None:
+                    module.bias.zero_()
+    return head

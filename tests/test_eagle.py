@@ -1,0 +1,145 @@
+"""EAGLE heads (EAGLE-1 and EAGLE-3, full and reduced draft vocabulary) draft losslessly: greedy output is
+the target's own generate(), sampled output has the target's distribution, and the head drafts from the
+target's TRUE features of the committed context (its chain never stays in its cache)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import make_model
+from test_lossless_sampling import g_test_pvalue, warpers
+
+from specli.cached_lm import CachedLM
+from specli.drafters.eagle import EagleDrafter
+from specli.eagle_head import EagleHead, HeadCache, init_weights
+from specli.engine import EngineConfig, generate_rounds
+from specli.sampling import SamplingConfig
+from specli.stopping import StopCriteria
+from specli.training.eagle import head_config, set_vocabulary
+
+ARCHS = ["llama", "qwen2", "qwen3"]
+HEADS = ["eagle1", "eagle3", "eagle3-reduced"]
+
+
+def make_head(target, which: str, seed: int = 0, std: float = 0.05) -> EagleHead:
+    """A random head shaped for target; 'eagle3-reduced' drafts over a random 3/4 of the vocabulary."""
+    kind = which.split("-")[0]
+    vocab = target.get_output_embeddings().weight.shape[0]
+    reduced = which.endswith("reduced")
+    config = head_config(target, kind, vocab * 3 // 4 if reduced else vocab, 96)
+    head = init_weights(EagleHead(config), std=std, seed=seed).eval()
+    if reduced:
+        g = torch.Generator().manual_seed(seed + 1)
+        set_vocabulary(head, torch.randperm(vocab, generator=g)[: config.draft_vocab_size].sort().values)
+    return head
+
+
+def reference(target, prompt: list[int], n: int) -> list[int]:
+    out = target.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False, pad_token_id=0)
+    return out[0, len(prompt) :].tolist()
+
+
+@pytest.fixture(scope="module", params=ARCHS)
+def target(request):
+    return make_model(request.param, 384, layers=5, seed=4, eos_token_id=None).eval()
+
+
+@pytest.mark.parametrize("which", HEADS)
+@pytest.mark.parametrize("k", [1, 4])
+def test_greedy_identity(target, which, k):
+    head = make_head(target, which)
+    for prompt in ([3, 44, 17, 250, 9, 81, 12], [7]):
+        expected = reference(target, prompt, 24)
+        config = EngineConfig(max_new_tokens=24, num_draft_tokens=k)
+        rounds = list(
+            generate_rounds(CachedLM(target), EagleDrafter(head, target), prompt, config, StopCriteria(set()))
+        )
+        assert [t for r in rounds for t in r.committed] == expected, (which, k, prompt)
+        assert sum(len(r.drafted) for r in rounds) > 0
+
+
+def independent_drafts(target, head: EagleHead, context: list[int], k: int) -> list[int]:
+    """What the head drafts after `context` from scratch: the target's features of context[:-1] in one
+    full forward, the head over every (feature, next token) pair, then its greedy chain of k."""
+    with torch.no_grad():
+        hidden = target(torch.tensor([context[:-1]]), output_hidden_states=True).hidden_states
+        features = torch.cat([hidden[i][0] for i in head.config.aux_layers], -1)
+        embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
+        cache = HeadCache()
+        n = len(context) - 1
+        state = head.step(embed(torch.tensor(context[1:])), head.fuse(features), torch.arange(n), cache)[-1:]
+        ids = head.draft_to_target()
+        drafted = []
+        for i in range(k):
+            choice = int(head.draft_logits(state, lm_head)[-1].argmax())
+            token = int(ids[choice]) if ids is not None else choice
+            drafted.append(token)
+            state = head.step(embed(torch.tensor([token])), state, torch.tensor([n + i]), cache)
+    return drafted
+
+
+@pytest.mark.parametrize("which", HEADS)
+def test_each_round_drafts_from_the_true_features_of_the_committed_context(which):
+    """A head whose cache kept its own chain, or that continued from its estimates instead of the target's
+    features, drafts differently from this recomputation."""
+    target = make_model("llama", 384, layers=5, seed=4, eos_token_id=None).eval()
+    head = make_head(target, which, std=0.2)
+    prompt = [3, 44, 17, 250, 9, 81, 12]
+    config = EngineConfig(max_new_tokens=30, num_draft_tokens=3)
+    drafter = EagleDrafter(head, target)
+    context = list(prompt)
+    for r in generate_rounds(CachedLM(target), drafter, prompt, config, StopCriteria(set())):
+        if r.drafted:
+            assert r.drafted == independent_drafts(target, head, context, len(r.drafted)), r.index
+        context += r.committed
+
+
+V = 8
+PROMPT = [1, 5, 2, 7, 3]
+RUNS = 2500
+
+
+@torch.no_grad()
+def exact_joint(target, cfg: SamplingConfig) -> torch.Tensor:
+    w = warpers(cfg)
+
+    def dist(ids):
+        logits = target(torch.tensor([ids])).logits[:, -1].float()
+        return w(torch.tensor([ids]), logits).softmax(-1)[0]
+
+    first = dist(PROMPT)
+    return torch.stack([first[a] * dist(PROMPT + [a]) for a in range(V)])
+
+
+@pytest.mark.parametrize("which", HEADS)
+def test_sampling_follows_the_target_distribution(which):
+    """First round drafts two tokens (max_new_tokens 3, k 2); the first two tokens' joint matches the
+    target's exactly enumerated one. With a reduced vocabulary q is zero outside it."""
+    target = make_model("llama", V, layers=3, hidden=32, seed=21, init_range=0.6, eos_token_id=None).eval()
+    head = make_head(target, which, seed=3, std=0.6)
+    cfg = SamplingConfig(0.9, top_k=6)
+    exact = exact_joint(target, cfg)
+    lm = CachedLM(target)
+    counts, drafted, accepted = torch.zeros(V, V), 0, 0
+    for seed in range(RUNS):
+        config = EngineConfig(max_new_tokens=3, num_draft_tokens=2, sampling=cfg, seed=seed)
+        rounds = list(generate_rounds(lm, EagleDrafter(head, target), PROMPT, config, StopCriteria(set())))
+        assert len(rounds[0].drafted) == 2
+        tokens = [t for r in rounds for t in r.committed]
+        counts[tokens[0], tokens[1]] += 1
+        drafted += sum(len(r.drafted) for r in rounds)
+        accepted += sum(r.accepted for r in rounds)
+    assert 0.05 < accepted / drafted < 0.95  # acceptances and corrections both happen
+    assert g_test_pvalue(counts, exact) > 1e-3
+
+
+def test_reduced_vocabulary_drafts_only_inside_it():
+    target = make_model("llama", 384, layers=5, seed=4, eos_token_id=None).eval()
+    head = make_head(target, "eagle3-reduced", std=0.3)
+    inside = set(head.draft_to_target().tolist())
+    config = EngineConfig(max_new_tokens=20, num_draft_tokens=4, sampling=SamplingConfig(1.0), seed=0)
+    rounds = list(
+        generate_rounds(CachedLM(target), EagleDrafter(head, target), [5, 6, 7], config, StopCriteria(set()))
+    )
+    assert all(t in inside for r in rounds for t in r.drafted)
+    assert all(r.info["head"] == "eagle3" for r in rounds if r.drafted)
