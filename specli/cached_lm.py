@@ -1,4 +1,4 @@
-"""A causal LM driven one forward at a time over a KV cache it can rewind (GUIDE §3, §5)."""
+"""A causal LM driven one forward at a time over a KV cache it can rewind (docs/design.md §3, §5)."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ class CachedLM:
     def __init__(self, model: PreTrainedModel) -> None:
         self.model = model
         params = inspect.signature(model.forward).parameters
-        # transformers 5.24 names it `cache`; 5.17 only knows `past_key_values` (GUIDE §5).
+        # transformers 5.24 names it `cache`; 5.17 only knows `past_key_values` (docs/design.md §5).
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._has_logits_to_keep = "logits_to_keep" in params
 
@@ -88,6 +88,21 @@ class CachedLM:
             kwargs["logits_to_keep"] = 1
         logits = self.model(input_ids=ids.to(self.device)[None], **kwargs).logits[0]  # [n|1, V]
         return logits[-1:] if last_only else logits
+
+    @torch.inference_mode()
+    def forward_features(
+        self, ids: torch.Tensor, cache: DynamicCache, layers: tuple[int, ...], *, last_only: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`forward` that also returns the hidden states `layers` (output_hidden_states indices) of every
+        position: (logits [n|1, V], features [n, len(layers) * H], concatenated in the order given)."""
+        kwargs = {self._cache_kw: cache, "use_cache": True, "output_hidden_states": True}
+        if last_only and self._has_logits_to_keep:
+            kwargs["logits_to_keep"] = 1
+        out = self.model(input_ids=ids.to(self.device)[None], **kwargs)
+        logits = out.logits[0]  # [n|1, V]
+        device = logits.device
+        features = torch.cat([out.hidden_states[i][0].to(device) for i in layers], -1)  # [n, F]
+        return (logits[-1:] if last_only else logits), features
 
     @property
     def sliding_window(self) -> int | None:

@@ -51,3 +51,14 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tens
     """Draw one token id per row of probs [..., V] -> [...] (long)."""
     flat = probs.reshape(-1, probs.shape[-1])
     return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
+
+
+def choose(
+    logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A drafter's step: logits [V] -> (token [1] long, q [V] it was drawn from; None when greedy, i.e.
+    a deterministic choice whose q is one-hot)."""
+    if cfg.greedy:
+        return logits.argmax(-1, keepdim=True), None  # [1]
+    q = process_logits(logits, cfg)  # [V]
+    return sample(q, generator)[None], q  # [1], [V]

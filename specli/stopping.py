@@ -26,6 +26,11 @@ class StopCriteria:
         # a byte-level token may carry a single byte: 4 bytes per character bounds the tokens to look back
         self._lookback = 4 * max((len(s) for s in self.stop_strings), default=0) + 1
 
+    def commit(self, generated: list[int], new: list[int]) -> tuple[list[int], StopReason | None]:
+        """The part of `new` to commit and why generation stops there (None: it goes on)."""
+        hit = self.cut(generated, new)
+        return (new, None) if hit is None else (new[: hit[0]], hit[1])
+
     def cut(self, generated: list[int], new: list[int]) -> tuple[int, StopReason] | None:
         """generated: tokens committed before this round; new: this round's tokens.
         Returns (how many of `new` to keep, why) at the first stop, else None."""

@@ -1,16 +1,16 @@
-"""Verification as pure functions (GUIDE §3): which drafted tokens the target keeps, and what it adds.
+"""Verification as pure functions (docs/design.md §3.3): which drafts the target keeps, what it adds.
 
-Words (GUIDE §4): of k drafted tokens the first `accepted` are kept; at the first rejection the target
-emits a *correction*; when all k are accepted it emits a *bonus* token from its (k+1)-th distribution.
+Words (docs/design.md §4): of k drafted tokens the first `accepted` are kept; at the first rejection the
+target emits a *correction*; when all k are accepted it emits a *bonus* token from its (k+1)-th distribution.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
-from specli.sampling import sample
+from specli.sampling import SamplingConfig, process_logits, sample
 
 
 @dataclass(frozen=True)
@@ -22,8 +22,10 @@ class Verdict:
     token: the correction (accepted < k) or bonus (accepted == k) token id.
     accept_probs: min(1, p/q) per drafted token (greedy: 1.0 or 0.0), length k.
     uniforms: the uniform draws u compared with accept_probs (greedy: empty).
-    draft_probs / target_probs: q_i(d_i) and p_i(d_i) per drafted token (sampling only; greedy: empty).
+    draft_probs / target_probs: q_i(d_i) and p_i(d_i) per drafted token (greedy: q is 1.0 -- the draft
+        was chosen deterministically -- and target_probs is empty).
     target_argmax: the target's argmax at each of the k+1 positions (greedy only; sampling: empty).
+    token_source: top (id, probability) entries of the distribution `token` came from (when recorded).
     """
 
     accepted: int
@@ -34,10 +36,16 @@ class Verdict:
     draft_probs: list[float] = field(default_factory=list)
     target_probs: list[float] = field(default_factory=list)
     target_argmax: list[int] = field(default_factory=list)
+    token_source: list[tuple[int, float]] = field(default_factory=list)
 
     @property
     def is_bonus(self) -> bool:
         return self.accepted == len(self.accept_probs)
+
+    @property
+    def committed(self) -> list[int]:
+        """The tokens this verdict appends: the accepted drafts, then the correction or bonus."""
+        return self.drafted[: self.accepted] + [self.token]
 
 
 def verify_greedy(draft_ids: torch.Tensor, target_logits: torch.Tensor) -> Verdict:
@@ -53,6 +61,7 @@ def verify_greedy(draft_ids: torch.Tensor, target_logits: torch.Tensor) -> Verdi
         drafted=drafted,
         accept_probs=[1.0 if ok else 0.0 for ok in matches],
         uniforms=[],
+        draft_probs=[1.0] * k,
         target_argmax=target_ids,
     )
 
@@ -118,3 +127,38 @@ def token_distribution(verdict: Verdict, p: torch.Tensor, q: torch.Tensor) -> to
     if verdict.is_bonus:
         return p[i]
     return residual_distribution(p[i], q[i])
+
+
+def _top(dist: torch.Tensor, n: int) -> list[tuple[int, float]]:
+    """The n most likely (id, probability) entries of dist [V] with probability > 0."""
+    values, ids = dist.topk(min(n, dist.shape[-1]))
+    return [(int(i), float(v)) for v, i in zip(values.tolist(), ids.tolist(), strict=True) if v > 0]
+
+
+def verify(
+    draft_ids: torch.Tensor,
+    logits: torch.Tensor,
+    q: torch.Tensor | None,
+    sampling: SamplingConfig,
+    generator: torch.Generator | None,
+    record_top: int = 0,
+) -> Verdict:
+    """One round's verification: the target's logits [k+1, V] judge draft_ids [k].
+
+    q [k, V] is the distribution each draft was drawn from; None means a deterministic proposal (one-hot
+    q at each id). Greedy settings verify by argmax, otherwise by rejection sampling with p processed
+    exactly as the drafter's q was. record_top > 0 fills `Verdict.token_source` with that many entries of
+    the distribution `token` came from (greedy: the target's softmax there).
+    """
+    if sampling.greedy:
+        verdict = verify_greedy(draft_ids, logits)
+        source = logits[verdict.accepted].float().softmax(-1) if record_top else None  # [V]
+    else:
+        p = process_logits(logits, sampling)  # [k+1, V]
+        if q is None:
+            q = torch.nn.functional.one_hot(draft_ids, p.shape[-1]).to(p.dtype)  # [k, V]
+        verdict = verify_sampling(draft_ids, q.to(p.device), p, generator)
+        source = token_distribution(verdict, p, q.to(p.device)) if record_top else None  # [V]
+    if source is None:
+        return verdict
+    return replace(verdict, token_source=_top(source, record_top))

@@ -1,7 +1,11 @@
-"""The drafter protocol: every strategy is one file implementing it.
+"""The drafter protocol (docs/design.md §7): every strategy is one file implementing it.
 
 The engine owns the target; a drafter owns whatever it needs to propose tokens (a model and its cache,
-an n-gram index, ...). Per round the engine calls `propose(k)` and then `commit(accepted, token)`.
+an n-gram index, ...). Per generation the engine calls `reset(prompt_ids)`; per round `propose(k)` and
+then `commit(accepted, token)`. Two optional capabilities, detected with isinstance, change which
+target forward the engine runs (chosen once per generation; the loop has no special cases):
+`SharesTargetCache` (the drafter computes the verify forward inside the target's cache: self) and
+`ReadsTargetFeatures` (the drafter reads the target's hidden states from every target forward: EAGLE).
 """
 
 from __future__ import annotations
@@ -22,6 +26,11 @@ class Proposal:
     ids: torch.Tensor
     q: torch.Tensor | None = None
     info: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def empty(cls) -> Proposal:
+        """No draft tokens (a plain decoding step)."""
+        return cls(torch.empty(0, dtype=torch.long))
 
 
 class Drafter(Protocol):
@@ -55,3 +64,21 @@ class SharesTargetCache(Protocol):
     def attach(self, cache: Any) -> None: ...
 
     def verify_forward(self, ids: torch.Tensor, cache: Any) -> torch.Tensor: ...
+
+
+@runtime_checkable
+class ReadsTargetFeatures(Protocol):
+    """A drafter that drafts from the target's own hidden states (EAGLE-style heads).
+
+    `feature_layers` names the hidden states it needs by transformers' `output_hidden_states` index (i is
+    the input of layer i; the number of layers is the final output). The engine runs every target forward
+    with them and calls `observe_features(features)` right after it, before `commit`: first for the
+    prefill (every prompt position but the last), then each round for [pending, d_1..d_k]; features is
+    [n, len(feature_layers) * H] for those n positions, concatenated low -> high. Rows after pending and
+    the `accepted` drafts belong to rejected tokens: the drafter drops them at `commit`. No extra target
+    forward ever runs for the features.
+    """
+
+    feature_layers: tuple[int, ...]
+
+    def observe_features(self, features: torch.Tensor) -> None: ...

@@ -6,7 +6,7 @@ import torch
 
 from specli.cached_lm import CachedLM
 from specli.drafters.base import Proposal
-from specli.sampling import SamplingConfig, process_logits, sample
+from specli.sampling import SamplingConfig, choose
 
 
 class DraftModelDrafter:
@@ -25,7 +25,8 @@ class DraftModelDrafter:
         self._cache = None
         self._pending: list[int] = []
         self._drafted = torch.empty(0, dtype=torch.long)  # [k] last proposal
-        self._length = 0  # committed tokens, including pending
+        self._length = 0  # tokens in the drafter's context (its positions), including pending
+        self._tokens: list[int] = []  # every committed token, prompt included
 
     @property
     def device(self) -> torch.device:
@@ -33,13 +34,25 @@ class DraftModelDrafter:
         return self.lm.output_device
 
     def reset(self, prompt_ids: list[int]) -> None:
+        self._tokens = list(prompt_ids)
+        fits = self.max_positions is None or len(prompt_ids) < self.max_positions
+        self._restart(len(prompt_ids) if fits else self._window())
+
+    def _window(self) -> int:
+        """How many recent tokens the drafter keeps when the context outgrows it (3/4 of its own)."""
+        return max(1, (self.max_positions or 0) * 3 // 4)
+
+    def _restart(self, keep: int) -> None:
+        """A fresh cache over the most recent `keep` committed tokens. Drafting from a shorter context
+        than the target's only changes what is proposed; the target still verifies every token."""
+        recent = self._tokens[-keep:]
         self._cache = self.lm.new_cache()
-        if len(prompt_ids) > 1:
-            self.lm.forward(torch.tensor(prompt_ids[:-1]), self._cache, last_only=True)
+        if len(recent) > 1:
+            self.lm.forward(torch.tensor(recent[:-1]), self._cache, last_only=True)
             self.lm.settle(self._cache)
-        self._pending = [prompt_ids[-1]]
+        self._pending = [recent[-1]]
         self._drafted = torch.empty(0, dtype=torch.long)
-        self._length = len(prompt_ids)
+        self._length = len(recent)
 
     def _align(self, logits: torch.Tensor) -> torch.Tensor:
         """Drafter logits [.., V_d] -> [.., V_target]: extra rows dropped, missing rows impossible (-inf)."""
@@ -53,19 +66,18 @@ class DraftModelDrafter:
 
     def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None) -> Proposal:
         if self.max_positions is not None:  # positions fed this round: length-len(pending) .. length+k-2
+            if self._length + k - 1 > self.max_positions:
+                self._restart(self._window())  # slide to the most recent context the drafter holds
             k = min(k, self.max_positions - self._length + 1)
         ids: list[torch.Tensor] = []
         qs: list[torch.Tensor] = []
         inp = torch.tensor(self._pending)
         for _ in range(max(k, 0)):
             logits = self._align(self.lm.forward(inp, self._cache, last_only=True)[-1].float())  # [V]
-            if sampling.greedy:
-                tok = logits.argmax(-1, keepdim=True)  # [1]
-            else:
-                q = process_logits(logits, sampling)  # [V]
-                tok = sample(q, generator)[None]  # [1]
-                qs.append(q)
+            tok, q = choose(logits, sampling, generator)  # [1], [V] | None
             ids.append(tok)
+            if q is not None:
+                qs.append(q)
             inp = tok
         self._drafted = torch.cat(ids) if ids else torch.empty(0, dtype=torch.long)  # [k]
         return Proposal(ids=self._drafted, q=torch.stack(qs) if qs else None)
@@ -73,6 +85,7 @@ class DraftModelDrafter:
     def commit(self, accepted: int, token: int) -> None:
         k = self._drafted.shape[0]
         self._length += accepted + 1
+        self._tokens += self._drafted[:accepted].tolist() + [token]
         if k == 0:  # nothing ran this round: the new token just joins the unseen ones
             self._pending.append(token)
             return

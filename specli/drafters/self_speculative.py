@@ -16,7 +16,7 @@ import torch
 
 from specli.drafters.base import Proposal
 from specli.layer_stack import LayerStack
-from specli.sampling import SamplingConfig, process_logits, sample
+from specli.sampling import SamplingConfig, choose
 
 
 class SelfSpeculativeDrafter:
@@ -56,13 +56,10 @@ class SelfSpeculativeDrafter:
             hidden = stack.run(stack.embed(token), 0, self.exit_layer, position + step, self._cache)
             self._hidden.append(hidden)  # [1, 1, d]
             logits = stack.logits(hidden)[0, -1].float()  # [V]
-            if sampling.greedy:
-                chosen = logits.argmax(-1, keepdim=True)  # [1]
-            else:
-                q = process_logits(logits, sampling)  # [V]
-                chosen = sample(q, generator)[None]
-                qs.append(q)
+            chosen, q = choose(logits, sampling, generator)  # [1], [V] | None
             ids.append(chosen)
+            if q is not None:
+                qs.append(q)
             token = chosen[None]  # [1, 1]
         return Proposal(
             ids=torch.cat(ids) if ids else torch.empty(0, dtype=torch.long),
