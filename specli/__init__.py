@@ -1,8 +1,38 @@
-"""specli: local speculative generation that is exact, fast, and visible."""
+"""specli: local speculative generation that is exact, fast, and visible.
+
+The names below load on first use, so `import specli` (and `specli --version`) does not import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-from specli.api import Pair, Result, load
-from specli.events import Round, Stats, TokenKind
+if TYPE_CHECKING:
+    from specli.api import Pair, Result, load
+    from specli.events import Round, Stats, TokenKind
+
+_LAZY = {
+    "Pair": "specli.api",
+    "Result": "specli.api",
+    "load": "specli.api",
+    "Round": "specli.events",
+    "Stats": "specli.events",
+    "TokenKind": "specli.events",
+}
 
 __all__ = ["Pair", "Result", "Round", "Stats", "TokenKind", "load", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # once imported, a plain attribute
+        return value
+    raise AttributeError(f"module 'specli' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -5,81 +5,45 @@ pair = specli.load("llama-8b-1b")               # or load(target="./my-model", d
 result = pair.generate("def fibonacci(n):", max_new_tokens=64)
 print(result.text, result.stats.acceptance_rate)
 for round in pair.stream("Hello", temperature=0.7, seed=1): ...
+settings = pair.settings(temperature=0.7, seed=1)  # the same settings, resolved once (specli.settings)
+pair.generate("Hello", settings=settings)
+
+`load` runs in four steps: sources (what to load, arguments over the preset) -> checks (configs and
+tokenizers only) -> plan (memory and GPUs, `specli.plan`) -> weights.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
-from transformers import AutoConfig
 
-from specli import loading
+from specli import head_formats, loading, plan
 from specli.cached_lm import CachedLM, check_sliding_rollback
 from specli.drafters.base import Drafter
 from specli.drafters.draft_model import DraftModelDrafter
+from specli.drafters.eagle import EagleDrafter
 from specli.drafters.prompt_lookup import PromptLookupDrafter
 from specli.drafters.self_speculative import SelfSpeculativeDrafter
+from specli.eagle_head import EagleHead
 from specli.engine import EngineConfig, generate_rounds
 from specli.errors import UsageError
 from specli.events import Round, Stats
 from specli.layer_stack import LayerStack, check_architecture, check_layer_stack
-from specli.placement import Placement, describe_gpus, plan_placement
+from specli.placement import Placement
+from specli.plan import ModelToLoad
 from specli.presets import GenerationSpec, Preset, SpeculationSpec, resolve_preset
-from specli.sampling import SamplingConfig
+from specli.settings import (
+    Settings,
+    check_strategy,
+    default_exit_layer,
+    settings_from,
+)
 from specli.stopping import StopCriteria
 
 DEFAULT_PRESET = "tiny"
-STRATEGIES = ("draft", "lookup", "self", "none")
-MODEL_FREE_STRATEGIES = ("lookup", "self", "none")  # need no drafter model
-
-
-def check_strategy(strategy: str) -> str:
-    if strategy not in STRATEGIES:
-        raise UsageError(f"unknown strategy '{strategy}'.", f"Use one of: {', '.join(STRATEGIES)}.")
-    return strategy
-
-
-def check_ngram(ngram_min: int, ngram_max: int) -> None:
-    """Prompt-lookup n-gram range: 1 <= ngram_min <= ngram_max."""
-    if ngram_min < 1:
-        raise UsageError(f"ngram-min must be at least 1 (got {ngram_min}).")
-    if ngram_max < ngram_min:
-        raise UsageError(f"ngram-max ({ngram_max}) must be at least ngram-min ({ngram_min}).")
-
-
-def check_speculation_options(
-    *, exit_layer: int | None = None, ngram_min: int | None = None, ngram_max: int | None = None
-) -> None:
-    """Cheap checks of --exit-layer / --ngram-min / --ngram-max before anything loads."""
-    if exit_layer is not None and exit_layer < 1:
-        raise UsageError(f"exit-layer must be at least 1 (got {exit_layer}).")
-    low = 1 if ngram_min is None else ngram_min
-    check_ngram(low, max(low, SpeculationSpec().ngram_max) if ngram_max is None else ngram_max)
-
-
-def default_exit_layer(num_layers: int) -> int:
-    """The exit layer used when neither the call nor the preset names one: a quarter of the depth."""
-    return max(1, num_layers // 4)
-
-
-def check_settings(
-    *, max_new_tokens: int, temperature: float, top_k: int, top_p: float, num_draft_tokens: int
-) -> None:
-    """Raise UsageError for a value outside its range (the same rules the preset schema applies)."""
-    if max_new_tokens < 1:
-        raise UsageError(f"max-new-tokens must be at least 1 (got {max_new_tokens}).")
-    if not temperature >= 0 or math.isinf(temperature):
-        raise UsageError(f"temperature must be a number >= 0 (got {temperature}); 0 is greedy decoding.")
-    if top_k < 0:
-        raise UsageError(f"top-k must be >= 0 (got {top_k}); 0 turns it off.")
-    if not 0 < top_p <= 1:
-        raise UsageError(f"top-p must be in (0, 1] (got {top_p}); 1 turns it off.")
-    if num_draft_tokens < 1:
-        raise UsageError(f"num-draft-tokens must be at least 1 (got {num_draft_tokens}).")
 
 
 def check_model_options(*, device: str, dtype: str | None, quant: str | None) -> None:
@@ -126,6 +90,8 @@ class Pair:
         generation: GenerationSpec | None = None,
         speculation: SpeculationSpec | None = None,
         placement: Placement | None = None,
+        head: EagleHead | None = None,
+        head_name: str | None = None,
     ) -> None:
         self.strategy = check_strategy(strategy)
         if strategy == "draft" and draft_model is None:
@@ -141,8 +107,11 @@ class Pair:
         self.generation = generation or GenerationSpec()
         self.speculation = speculation or SpeculationSpec()
         self.placement = placement  # set when the target is split over several GPUs
+        self.head = head  # an EAGLE head (strategy eagle), beside the target's LM head
+        self.head_name = head_name
         if strategy == "self":
             check_layer_stack(target_model)
+        self.num_layers = _self_speculation_layers(target_model)  # None: 'self' cannot drive it
         self.target = CachedLM(target_model)
         self.draft = CachedLM(draft_model) if draft_model is not None else None
         self.draft_max_positions = loading.model_max_positions(draft_model) if self.draft else None
@@ -179,39 +148,54 @@ class Pair:
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
-    # --- generation -----------------------------------------------------------------------------
-    def _drafter(
-        self,
-        strategy: str,
-        exit_layer: int | None,
-        ngram_min: int | None,
-        ngram_max: int | None,
-        length: int,
-    ) -> Drafter | None:
-        """The strategy's drafter for a generation that can reach `length` tokens (None: plain)."""
-        spec = self.speculation
-        if strategy == "none":
-            return None
-        if strategy == "lookup":
-            low = spec.ngram_min if ngram_min is None else ngram_min
-            high = spec.ngram_max if ngram_max is None else ngram_max
-            check_ngram(low, high)
-            return PromptLookupDrafter(low, high)
-        if strategy == "self":
-            stack = LayerStack(self.target_model)
-            layer = exit_layer if exit_layer is not None else spec.exit_layer
-            if layer is None:
-                layer = default_exit_layer(stack.num_layers)
-            if not 1 <= layer < stack.num_layers:
+    # --- settings and generation ---------------------------------------------------------------
+    def settings(self, **overrides: Any) -> Settings:
+        """The pair's settings (its preset's, its strategy) with `overrides` on top (None = unset),
+        checked against the loaded models; exit_layer defaults to a quarter of the target's depth."""
+        return self._checked(settings_from(self.generation, self.speculation, self.strategy, **overrides))
+
+    def _checked(self, settings: Settings) -> Settings:
+        """What only the loaded models can tell: a drafter model for 'draft'; for 'self', a supported
+        target and an exit layer inside it. Fills exit_layer whenever the target can self-speculate."""
+        if settings.strategy == "draft" and self.draft is None:
+            raise UsageError("strategy 'draft' needs a drafter model.", "Pass --draft MODEL.")
+        if settings.strategy == "eagle" and self.head is None:
+            raise UsageError(
+                "strategy 'eagle' needs an EAGLE head.",
+                "Load the pair with strategy='eagle' and draft=HEAD (a folder, hub id or embedded:NAME).",
+            )
+        layers = self.num_layers
+        if settings.exit_layer is None and layers is not None:
+            settings = settings.replace(exit_layer=default_exit_layer(layers))
+        if settings.strategy == "self":
+            if layers is None:
+                check_layer_stack(self.target_model)  # raises, naming the architecture
+            if not 1 <= settings.exit_layer < layers:
                 raise UsageError(
-                    f"exit layer {layer} is out of range for '{self.target_name}' "
-                    f"({stack.num_layers} layers).",
-                    f"Pick --exit-layer between 1 and {stack.num_layers - 1}.",
+                    f"exit layer {settings.exit_layer} is out of range for '{self.target_name}' "
+                    f"({layers} layers).",
+                    f"Pick --exit-layer between 1 and {layers - 1}.",
                 )
+        return settings
+
+    def _resolve(self, settings: Settings | None, overrides: dict[str, Any]) -> Settings:
+        """`settings` (default: the pair's own) with `overrides` (None = unset), checked for this pair."""
+        if settings is None:
+            return self.settings(**overrides)
+        changes = {name: value for name, value in overrides.items() if value is not None}
+        return self._checked(settings.replace(**changes) if changes else settings)
+
+    def _drafter(self, settings: Settings, length: int) -> Drafter | None:
+        """The strategy's drafter for a generation that can reach `length` tokens (None: plain)."""
+        if settings.strategy == "none":
+            return None
+        if settings.strategy == "lookup":
+            return PromptLookupDrafter(settings.ngram_min, settings.ngram_max)
+        if settings.strategy == "self":
             check_sliding_rollback(self.target, f"'{self.target_name}' (strategy self)", length)
-            return SelfSpeculativeDrafter(stack, layer)
-        if self.draft is None:
-            raise UsageError(f"strategy '{strategy}' needs a drafter model.", "Pass --draft MODEL.")
+            return SelfSpeculativeDrafter(LayerStack(self.target_model), settings.exit_layer)
+        if settings.strategy == "eagle":
+            return EagleDrafter(self.head, self.target_model)
         check_sliding_rollback(self.draft, f"the drafter '{self.draft_name}'", length)
         return DraftModelDrafter(self.draft, self.target.vocab_size, self.draft_max_positions)
 
@@ -220,51 +204,29 @@ class Pair:
         prompt: str | None = None,
         *,
         prompt_ids: Sequence[int] | None = None,
-        max_new_tokens: int | None = None,
-        temperature: float | None = None,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
-        num_draft_tokens: int | None = None,
-        stop: Sequence[str] | None = None,
-        chat: bool | None = None,
-        strategy: str | None = None,
-        exit_layer: int | None = None,
-        ngram_min: int | None = None,
-        ngram_max: int | None = None,
+        settings: Settings | None = None,
         record_top: int = 0,
+        **overrides: Any,
     ) -> Iterator[Round]:
         """Yield one Round per target forward. `prompt_ids` bypasses tokenization and chat templates.
 
-        Unset settings come from the preset. Each call starts from fresh caches and drafter state.
-        exit_layer applies to strategy 'self'; ngram_min/ngram_max to 'lookup'. record_top > 0 fills
-        each round's token_source (the top entries of the distribution its last token came from).
+        `settings` (default: `self.settings()`) with keyword overrides on top: max_new_tokens,
+        temperature, top_k, top_p, seed, num_draft_tokens, stop, chat, strategy, exit_layer, ngram_min,
+        ngram_max (None = unset). Bad values raise UsageError here, before the first round. Each call
+        starts from fresh caches and drafter state. record_top > 0 fills each round's token_source (the
+        top entries of the distribution its last token came from).
         """
-        ids = self.prompt_ids(prompt, prompt_ids=prompt_ids, chat=chat)
-        g, s = self.generation, self.speculation
+        settings = self._resolve(settings, overrides)
+        ids = self.prompt_ids(prompt, prompt_ids=prompt_ids, chat=settings.chat)
         config = EngineConfig(
-            max_new_tokens=g.max_new_tokens if max_new_tokens is None else max_new_tokens,
-            num_draft_tokens=s.num_draft_tokens if num_draft_tokens is None else num_draft_tokens,
-            sampling=SamplingConfig(
-                temperature=float(g.temperature if temperature is None else temperature),
-                top_k=g.top_k if top_k is None else top_k,
-                top_p=float(g.top_p if top_p is None else top_p),
-            ),
-            seed=seed,
+            max_new_tokens=settings.max_new_tokens,
+            num_draft_tokens=settings.num_draft_tokens,
+            sampling=settings.sampling,
+            seed=settings.seed,
             record_top=record_top,
         )
-        check_settings(
-            max_new_tokens=config.max_new_tokens,
-            temperature=config.sampling.temperature,
-            top_k=config.sampling.top_k,
-            top_p=config.sampling.top_p,
-            num_draft_tokens=config.num_draft_tokens,
-        )
-        length = len(ids) + config.max_new_tokens + config.num_draft_tokens
-        drafter = self._drafter(
-            check_strategy(strategy or self.strategy), exit_layer, ngram_min, ngram_max, length
-        )
-        criteria = StopCriteria(self.eos_ids, tuple(stop or ()), self.decode)
+        drafter = self._drafter(settings, len(ids) + settings.max_new_tokens + settings.num_draft_tokens)
+        criteria = StopCriteria(self.eos_ids, settings.stop, self.decode)
         return generate_rounds(self.target, drafter, ids, config, criteria, self.max_positions)
 
     def prompt_ids(
@@ -287,91 +249,61 @@ class Pair:
             )
         return ids
 
-    def generate(self, prompt: str | None = None, **kwargs: Any) -> Result:
+    def generate(
+        self,
+        prompt: str | None = None,
+        *,
+        prompt_ids: Sequence[int] | None = None,
+        settings: Settings | None = None,
+        record_top: int = 0,
+        **overrides: Any,
+    ) -> Result:
         """Run to a stop and collect the result; takes the same arguments as `stream`."""
-        ids = self.prompt_ids(
-            prompt, prompt_ids=kwargs.pop("prompt_ids", None), chat=kwargs.pop("chat", None)
-        )
+        settings = self._resolve(settings, overrides)
+        ids = self.prompt_ids(prompt, prompt_ids=prompt_ids, chat=settings.chat)
         stats, rounds, tokens = Stats(), [], []
-        for r in self.stream(prompt_ids=ids, **kwargs):
+        for r in self.stream(prompt_ids=ids, settings=settings, record_top=record_top):
             stats.observe(r)
             rounds.append(r)
             tokens += r.committed
         return Result(self.decode(tokens), tokens, ids, stats, rounds)
 
 
-def _estimate_needs(
-    models: list[tuple[Any, str, str, str]], device: torch.device, trust_remote_code: bool
-) -> list[Any] | None:
-    """What each model will take (memory.Need), from configs alone; None when one cannot be estimated."""
-    from specli import memory
-
-    needs = []
-    for folder, name, dtype_spec, quant_spec in models:
-        config = loading.read_config(folder)
-        if config is None:
-            return None
-        try:
-            shape = memory.Shape.from_config(config)
-            dtype = _dtype_for(dtype_spec, device, folder, trust_remote_code)
-            estimate = memory.estimate(shape, torch.finfo(dtype).bits // 8, quant_spec, memory.PLAN_CONTEXT)
-        except (ValueError, TypeError, KeyError, ZeroDivisionError):
-            return None  # an unusual config: no estimate, no check
-        needs.append(memory.Need(name, str(dtype).replace("torch.", ""), quant_spec, estimate))
-    return needs
-
-
-def _gpu_count(device_spec: str) -> int:
-    """GPUs `--device auto` may spread over (0 for any other device, or without CUDA)."""
-    if device_spec.strip().lower() != "auto" or not torch.cuda.is_available():
-        return 0
-    return torch.cuda.device_count()
-
-
-def _plan(
-    models: list[tuple[Any, str, str, str]], device: torch.device, device_spec: str, trust_remote_code: bool
-) -> Placement | None:
-    """Before any weights load: check the pair fits (stop with figures and options when not) and, with
-    several GPUs under --device auto, plan where each model goes. None: everything on `device`."""
-    import os
-
-    from specli import memory
-
-    checked = os.environ.get("SPECLI_NO_MEMORY_CHECK") != "1"
-    gpus = _gpu_count(device_spec)
-    if gpus < 2:
-        needs = _estimate_needs(models, device, trust_remote_code) if checked else None
-        if needs is not None:
-            memory.check_fits(needs, device, memory.free_bytes(device))
+def _self_speculation_layers(model: Any) -> int | None:
+    """The target's decoder layers when self-speculation can drive it, else None."""
+    try:
+        check_layer_stack(model)
+    except UsageError:
         return None
-    everywhere = Placement(tuple(range(gpus)), {}, gpus - 1 if len(models) > 1 else None)
-    needs = _estimate_needs(models, device, trust_remote_code)
-    if needs is None:  # no estimate: accelerate spreads the target, the drafter goes beside its LM head
-        return everywhere
-    free = [memory.free_bytes(torch.device("cuda", i)) or 0 for i in range(gpus)]
-    draft = needs[1].estimate if len(needs) > 1 else None
-    plan = plan_placement(free, needs[0].estimate, draft, quantized=needs[0].quant != "none")
-    if plan is None:
-        if checked:
-            raise memory.not_enough(needs, f"the {gpus} GPUs have {describe_gpus(free)}", cuda=True)
-        return everywhere
-    return plan if plan.split else None
+    return len(model.model.layers)
 
 
-def _dtype_for(spec: str, device: torch.device, folder: Any, trust_remote_code: bool) -> torch.dtype:
-    """Resolve a dtype; 'auto' on CUDA consults the checkpoint's own config."""
-    config = None
-    if spec == "auto" and device.type == "cuda":
-        config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
-    return loading.resolve_dtype(spec, device, config)
+# --- load: sources -> checks -> plan -> weights ------------------------------------------------------
 
 
-def load(
-    preset: str | None = None,
+def preset_for(
+    preset: str | Preset | None,
     *,
     target: str | None = None,
     draft: str | None = None,
-    strategy: str | None = None,
+    strategy: str | Sequence[str] | None = None,
+) -> Preset | None:
+    """The preset `load` uses: the named one, or the embedded `tiny` one when no model is named at all
+    (or only an EAGLE head, which drafts for the default target)."""
+    if isinstance(preset, Preset):
+        return preset
+    head_only = strategy is not None and "eagle" in ([strategy] if isinstance(strategy, str) else strategy)
+    if preset is None and target is None and (draft is None or head_only):
+        preset = DEFAULT_PRESET
+    return resolve_preset(preset) if preset else None
+
+
+def load(
+    preset: str | Preset | None = None,
+    *,
+    target: str | None = None,
+    draft: str | None = None,
+    strategy: str | Sequence[str] | None = None,
     device: str = "auto",
     dtype: str | None = None,
     quant: str | None = None,
@@ -379,109 +311,186 @@ def load(
     trust_remote_code: bool = False,
     download_bars: Callable[[str], Any] | None = None,
 ) -> Pair:
-    """Load a pair from a preset name/path and/or explicit models; explicit arguments win over the preset.
+    """Load a pair from a preset (name, path or Preset) and/or explicit models; explicit arguments win.
 
     With no preset, target or draft, the embedded `tiny` preset is used (offline, CPU-sized).
 
-    `dtype` applies to both models, `quant` to the target only. Tokenizers are compared before any
-    weights load. download_bars(model) may return a tqdm class for huggingface_hub's download bars.
-    With device "auto" and several GPUs, a target too big for the first GPU is split over as few GPUs
-    as hold it (see `placement`), the drafter beside its LM head.
+    `strategy` may name several strategies (bench runs them all on one pair): everything they need is
+    loaded and the first becomes the pair's own. For 'eagle', `draft` names the EAGLE head (else the
+    preset's head). `dtype` applies to both models, `quant` to the target only. Tokenizers and head
+    shapes are checked before any weights load. download_bars(model) may return a tqdm class for
+    huggingface_hub's download bars. With device "auto" and several GPUs, a target too big for the
+    first GPU is split over as few GPUs as hold it (see `placement`), the drafter beside its LM head.
     """
-    if preset is None and target is None and draft is None:
-        preset = DEFAULT_PRESET
-    spec: Preset | None = resolve_preset(preset) if preset else None
+    spec = preset_for(preset, target=target, draft=draft, strategy=strategy)
+    wanted = _sources(spec, target=target, draft=draft, strategy=strategy, dtype=dtype, quant=quant)
+    dev = loading.resolve_device(device)
+    fetcher = _Fetcher(allow_pickle, trust_remote_code, download_bars)
+    models, tokenizer, head = _fetch_and_check(wanted, fetcher)
+    placement = plan.plan_pair(models, dev, device, trust_remote_code)
+    target_model, draft_model = _load_weights(models, placement, dev, fetcher)
+    return Pair(
+        target_model,
+        tokenizer,
+        draft_model,
+        strategy=wanted.strategies[0],
+        target_name=models[0].name,
+        draft_name=models[1].name if draft_model is not None else None,
+        generation=spec.generation if spec else None,
+        speculation=spec.speculation if spec else None,
+        placement=placement,
+        head=_load_head(head, target_model, fetcher) if head is not None else None,
+        head_name=head.name if head is not None else None,
+    )
+
+
+@dataclass(frozen=True)
+class _Wanted:
+    """What `load` fetches: the strategies, the target and drafter (models) and an EAGLE head."""
+
+    strategies: tuple[str, ...]
+    models: list[ModelToLoad]
+    head: ModelToLoad | None = None
+
+
+def _sources(
+    spec: Preset | None,
+    *,
+    target: str | None,
+    draft: str | None,
+    strategy: str | Sequence[str] | None,
+    dtype: str | None,
+    quant: str | None,
+) -> _Wanted:
+    """The strategies and what to load (target first, then the drafter if a strategy needs one, and the
+    EAGLE head if one does): explicit arguments over the preset. A model named on the command line gets
+    'auto' dtype, not the preset's."""
     target_source = target or (spec.target.model if spec else None)
     if target_source is None:
         raise UsageError(
             "no model given.", "Pass --preset NAME (see `specli presets list`) or --target MODEL."
         )
     draft_source = draft or (spec.draft.model if spec and spec.draft else None)
-    strategy = check_strategy(strategy or (spec.strategy if spec else ("draft" if draft_source else "none")))
-    if strategy in MODEL_FREE_STRATEGIES:
+    if isinstance(strategy, str) or strategy is None:
+        strategy = [strategy or (spec.strategy if spec else ("draft" if draft_source else "none"))]
+    strategies = tuple(dict.fromkeys(check_strategy(s) for s in strategy))
+    head = None
+    if "eagle" in strategies:
+        preset_head = spec.eagle_head if spec and not draft else None
+        head_source = draft or (preset_head.model if preset_head else None)
+        if head_source is None:
+            raise UsageError(
+                "strategy 'eagle' needs an EAGLE head.",
+                "Pass --draft HEAD (a folder, hub id or embedded:NAME, e.g. embedded:tiny-eagle3).",
+            )
+        head = ModelToLoad(head_source, dtype=dtype or (preset_head.dtype if preset_head else "auto"))
+        if draft:  # --draft named the head, so the preset's drafter model is the draft strategy's
+            draft_source = spec.draft.model if spec and spec.draft and spec.strategy != "eagle" else None
+    if "draft" not in strategies:
         draft_source = None
-    elif strategy == "draft" and draft_source is None:
+    elif draft_source is None:
         raise UsageError(
             "strategy 'draft' needs a drafter model.",
             "Pass --draft MODEL, or use --strategy none for plain decoding.",
         )
-    target_dtype = dtype or (spec.target.dtype if spec and not target else "auto")
-    target_quant = quant or (spec.target.quantization if spec and not target else "none")
-    draft_dtype = dtype or (spec.draft.dtype if spec and spec.draft and not draft else "auto")
-    draft_quant = spec.draft.quantization if spec and spec.draft and not draft else "none"
+    preset_target = spec.target if spec and not target else None
+    models = [
+        ModelToLoad(
+            target_source,
+            dtype=dtype or (preset_target.dtype if preset_target else "auto"),
+            quant=quant or (preset_target.quantization if preset_target else "none"),
+        )
+    ]
+    if draft_source is not None:
+        preset_draft = spec.draft if spec and spec.draft and draft_source == spec.draft.model else None
+        models.append(
+            ModelToLoad(
+                draft_source,
+                dtype=dtype or (preset_draft.dtype if preset_draft else "auto"),
+                quant=preset_draft.quantization if preset_draft else "none",
+            )
+        )
+    return _Wanted(strategies, models, head)
 
-    dev = loading.resolve_device(device)
-    remote = trust_remote_code
 
-    def fetch(source: str, weights: bool = False) -> Any:
+@dataclass(frozen=True)
+class _Fetcher:
+    """Model folders from local paths, the embedded models or the hub (configs first, weights later)."""
+
+    allow_pickle: bool
+    trust_remote_code: bool
+    download_bars: Callable[[str], Any] | None
+
+    def folder(self, model: ModelToLoad, weights: bool = False) -> Any:
         return loading.resolve_source(
-            source,
-            allow_pickle=allow_pickle,
-            trust_remote_code=remote,
+            model.name,
+            allow_pickle=self.allow_pickle,
+            trust_remote_code=self.trust_remote_code,
             weights=weights,
-            tqdm_class=download_bars(source) if download_bars else None,
+            tqdm_class=self.download_bars(model.name) if self.download_bars else None,
         )
 
-    def fetch_tokenizer(source: str) -> tuple[Any, Any]:
-        """Configs and tokenizer only: every check below runs before any weights are downloaded."""
-        folder = fetch(source)
-        return folder, loading.load_tokenizer(folder, trust_remote_code=trust_remote_code, name=source)
+    def tokenizer(self, model: ModelToLoad) -> Any:
+        return loading.load_tokenizer(model.folder, trust_remote_code=self.trust_remote_code, name=model.name)
 
-    target_dir, tokenizer = fetch_tokenizer(target_source)
-    if strategy == "self":  # refuse an unsupported architecture before any weights load
-        check_architecture(str((loading.read_config(target_dir) or {}).get("model_type", "?")), "self")
-    draft_dir = None
-    if draft_source is not None:
-        draft_dir, draft_tokenizer = fetch_tokenizer(draft_source)
-        loading.check_tokenizers(tokenizer, draft_tokenizer, target_source, draft_source)
 
-    placement = _plan(
-        [(target_dir, target_source, target_dtype, target_quant)]
-        + ([(draft_dir, draft_source, draft_dtype, draft_quant)] if draft_dir is not None else []),
-        dev,
-        device,
-        trust_remote_code,
-    )
+def _fetch_and_check(wanted: _Wanted, fetcher: _Fetcher) -> tuple[list[ModelToLoad], Any, ModelToLoad | None]:
+    """Configs and tokenizers only, so every check runs before any weights are downloaded: the target's
+    architecture for 'self', one tokenizer shared by target and drafter, an EAGLE head's shapes against
+    the target's. Returns the models with their folders, the tokenizer and the head with its folder."""
+    target = replace(wanted.models[0], folder=fetcher.folder(wanted.models[0]))
+    tokenizer = fetcher.tokenizer(target)
+    target_config = loading.read_config(target.folder) or {}
+    if "self" in wanted.strategies:  # refuse an unsupported architecture before any weights load
+        check_architecture(str(target_config.get("model_type", "?")), "self")
+    models = [target]
+    for model in wanted.models[1:]:
+        draft = replace(model, folder=fetcher.folder(model))
+        loading.check_tokenizers(tokenizer, fetcher.tokenizer(draft), target.name, draft.name)
+        models.append(draft)
+    head = wanted.head
+    if head is not None:
+        head = replace(head, folder=fetcher.folder(head))
+        config = head_formats.read_head_config(head.folder, target_config, name=head.name)
+        head_formats.check_head(config, target_config, head.name, target.name)
+    return models, tokenizer, head
 
-    def weights(folder: Any, name: str, dtype_spec: str, quant_spec: str, **where: Any) -> Any:
+
+def _load_weights(
+    models: list[ModelToLoad], placement: Placement | None, device: torch.device, fetcher: _Fetcher
+) -> tuple[Any, Any | None]:
+    """The target (split over GPUs when `placement` says so, else whole on `device`), then the drafter
+    (beside the target's LM head when split)."""
+
+    def weights(model: ModelToLoad, **where: Any) -> Any:
         return loading.load_model(
-            fetch(name, weights=True),
-            dtype=_dtype_for(dtype_spec, dev, folder, trust_remote_code),
-            quant=quant_spec,
-            allow_pickle=allow_pickle,
-            trust_remote_code=trust_remote_code,
-            name=name,
+            fetcher.folder(model, weights=True),
+            dtype=plan.dtype_for(model, device, fetcher.trust_remote_code),
+            quant=model.quant,
+            allow_pickle=fetcher.allow_pickle,
+            trust_remote_code=fetcher.trust_remote_code,
+            name=model.name,
             **where,
         )
 
-    split = placement.max_memory if placement is not None else None  # None: whole on `dev`
-    target_model = weights(
-        target_dir, target_source, target_dtype, target_quant, device=dev, max_memory=split
+    split = placement.max_memory if placement is not None else None  # None: whole on `device`
+    target_model = weights(models[0], device=device, max_memory=split)
+    if len(models) == 1:
+        return target_model, None
+    draft_device = device if placement is None else plan.draft_device(target_model, placement)
+    return target_model, weights(models[1], device=draft_device)
+
+
+def _load_head(head: ModelToLoad, target_model: Any, fetcher: _Fetcher) -> EagleHead:
+    """The EAGLE head's weights, beside the target's LM head, in the LM head's dtype unless asked."""
+    lm_head = target_model.get_output_embeddings()
+    device = CachedLM(target_model).output_device
+    dtype = lm_head.weight.dtype if head.dtype == "auto" else loading.resolve_dtype(head.dtype, device)
+    return head_formats.load_head(
+        fetcher.folder(head, weights=True),
+        target_model.config,
+        allow_pickle=fetcher.allow_pickle,
+        dtype=dtype,
+        device=device,
+        name=head.name,
     )
-    draft_model = None
-    if draft_dir is not None:
-        draft_dev = dev if placement is None else _draft_device(target_model, placement)
-        draft_model = weights(draft_dir, draft_source, draft_dtype, draft_quant, device=draft_dev)
-    return Pair(
-        target_model,
-        tokenizer,
-        draft_model,
-        strategy=strategy,
-        target_name=target_source,
-        draft_name=draft_source,
-        generation=spec.generation if spec else None,
-        speculation=spec.speculation if spec else None,
-        placement=placement,
-    )
-
-
-def _draft_device(target_model: Any, placement: Placement) -> torch.device:
-    """The GPU that got the target's LM head (so p and q meet there) if the drafter fits there; else the
-    planned one."""
-    from specli import memory
-
-    planned = torch.device("cuda", placement.draft_gpu or 0)
-    head = CachedLM(target_model).output_device
-    if head.type != "cuda" or head == planned:
-        return planned
-    return head if (memory.free_bytes(head) or 0) >= placement.draft_bytes else planned

@@ -1,22 +1,49 @@
-"""The `specli` command line. Thin: parse, resolve, call the API, hand rounds to a renderer."""
+"""The `specli` command line. Thin: parse, resolve, call the API, hand rounds to a renderer.
+
+Each command gathers its options into groups (`ModelOptions`: which models and how to load them;
+`GenerationOptions`: setting overrides), resolves the preset and the settings before anything loads
+(so a typo fails at once), loads the pair, and reads every setting from the `Settings` it gets back.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from typing import Annotated, Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
+import yaml
+from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from specli import __version__
-from specli.errors import SpecliError
+from specli.errors import SpecliError, UsageError
+from specli.events import Stats
+from specli.memory import PLAN_CONTEXT, human, preset_estimate
+from specli.presets import available_presets, load_preset_file, preset_to_dict, resolve_preset
+from specli.render.bench import bench_view
+from specli.render.explain import ExplainView
+from specli.render.live import LiveView, TokenView
+from specli.render.plain import PlainWriter, summary_line
+from specli.render.progress import Counted, loading_progress
+from specli.settings import Settings, check_strategy, resolve_settings
+
+if TYPE_CHECKING:
+    from specli.api import Pair
+
+# torch and transformers load only inside the commands that run a model (specli.api, specli.bench and
+# transformers' logging are imported there), never at import: `specli --version`, `--help` and
+# `presets list` stay fast. tests/test_settings.py fails if one of them imports torch.
 
 app = typer.Typer(
     name="specli",
@@ -148,62 +175,67 @@ VIEWS = ("live", "plain", "none")
 
 def _check_save(save: str | None) -> None:
     if save is not None and not save.lower().endswith((".svg", ".html", ".htm")):
-        from specli.errors import UsageError
-
         raise UsageError(
             f"cannot tell the format of '{save}'.", "Give --save a file ending in .svg or .html."
         )
 
 
-def _load_pair(
-    *,
-    preset: str | None,
-    target: str | None,
-    draft: str | None,
-    strategy: str | None,
-    exit_layer: int | None,
-    ngram_min: int | None,
-    ngram_max: int | None,
-    num_draft_tokens: int | None,
-    max_new_tokens: int | None,
-    temperature: float | None,
-    top_k: int | None,
-    top_p: float | None,
-    device: str,
-    dtype: str | None,
-    quant: str | None,
-    allow_pickle: bool,
-    trust_remote_code: bool,
-) -> Any:
-    """Cheap checks first (so a typo does not wait for a model to load), then load with a spinner."""
-    import specli
-    from specli.api import check_model_options, check_settings, check_speculation_options, check_strategy
+@dataclass(frozen=True)
+class ModelOptions:
+    """Which models, and where and how to load them (what `specli.load` takes)."""
 
-    if strategy is not None:
-        check_strategy(strategy)
-    check_speculation_options(exit_layer=exit_layer, ngram_min=ngram_min, ngram_max=ngram_max)
-    check_model_options(device=device, dtype=dtype, quant=quant)
-    check_settings(
-        max_new_tokens=1 if max_new_tokens is None else max_new_tokens,
-        temperature=0.0 if temperature is None else temperature,
-        top_k=0 if top_k is None else top_k,
-        top_p=1.0 if top_p is None else top_p,
-        num_draft_tokens=1 if num_draft_tokens is None else num_draft_tokens,
-    )
-    from specli.render.progress import loading_progress
+    preset: str | None = None
+    target: str | None = None
+    draft: str | None = None
+    strategy: str | None = None
+    device: str = "auto"
+    dtype: str | None = None
+    quant: str | None = None
+    allow_pickle: bool = False
+    trust_remote_code: bool = False
 
+
+@dataclass(frozen=True)
+class GenerationOptions:
+    """Settings given on the command line; None leaves the preset's."""
+
+    max_new_tokens: int | None = None
+    num_draft_tokens: int | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: list[str] | None = None
+    chat: bool | None = None
+    exit_layer: int | None = None
+    ngram_min: int | None = None
+    ngram_max: int | None = None
+
+    def overrides(self) -> dict[str, Any]:
+        """As keyword arguments for `resolve_settings` / `Pair.settings`."""
+        return dataclasses.asdict(self)
+
+
+def _load(models: ModelOptions, options: GenerationOptions) -> tuple[Pair, Settings]:
+    """Resolve the preset and the settings first (a typo fails before any model loads), load with a
+    spinner, then the settings again as the loaded pair completes them (exit layer, drafter)."""
+    from specli.api import check_model_options, load, preset_for
+
+    preset = preset_for(models.preset, target=models.target, draft=models.draft, strategy=models.strategy)
+    resolve_settings(preset, strategy=models.strategy, **options.overrides())
+    check_model_options(device=models.device, dtype=models.dtype, quant=models.quant)
     _quiet_transformers()
     with loading_progress(_stderr()) as download_bars:
-        pair = specli.load(
+        pair = load(
             preset,
-            target=target,
-            draft=draft,
-            strategy=strategy,
-            device=device,
-            dtype=dtype,
-            quant=quant,
-            allow_pickle=allow_pickle,
-            trust_remote_code=trust_remote_code,
+            target=models.target,
+            draft=models.draft,
+            strategy=models.strategy,
+            device=models.device,
+            dtype=models.dtype,
+            quant=models.quant,
+            allow_pickle=models.allow_pickle,
+            trust_remote_code=models.trust_remote_code,
             download_bars=download_bars,
         )
     if pair.placement is not None:
@@ -213,35 +245,21 @@ def _load_pair(
             "note: bitsandbytes quantization on CPU works but is slow: it saves memory, not time.",
             markup=False,
         )
-    return pair
+    return pair, pair.settings(**options.overrides())
 
 
-LOAD_OPTIONS = (
-    "preset", "target", "draft", "strategy", "exit_layer", "ngram_min", "ngram_max", "num_draft_tokens",
-    "max_new_tokens", "temperature", "top_k", "top_p", "device", "dtype", "quant", "allow_pickle",
-    "trust_remote_code",
-)  # fmt: skip
-STREAM_OPTIONS = (
-    "max_new_tokens", "temperature", "top_k", "top_p", "seed", "num_draft_tokens", "stop", "exit_layer",
-    "ngram_min", "ngram_max",
-)  # fmt: skip
-
-
-def _prepare(options: dict[str, Any], record_top: int = 0) -> tuple[Any, list[int], str, Iterator[Any]]:
-    """From a command's options (its locals): read the prompt, load the pair, start the rounds."""
-    text = _read_prompt(options["prompt"])
-    pair = _load_pair(**{key: options[key] for key in LOAD_OPTIONS})
-    ids = pair.prompt_ids(text, chat=options["chat"])
-    rounds = pair.stream(
-        prompt_ids=ids, record_top=record_top, **{key: options[key] for key in STREAM_OPTIONS}
-    )
-    return pair, ids, text, rounds
+def _prepare(
+    prompt: str, models: ModelOptions, options: GenerationOptions, record_top: int = 0
+) -> tuple[Pair, Settings, list[int], str, Iterator[Any]]:
+    """Read the prompt, load the pair and its settings, start the rounds."""
+    text = _read_prompt(prompt)
+    pair, settings = _load(models, options)
+    ids = pair.prompt_ids(text, chat=settings.chat)
+    return pair, settings, ids, text, pair.stream(prompt_ids=ids, settings=settings, record_top=record_top)
 
 
 def _save_view(renderable: Any, path: str, width: int, title: str) -> None:
     """Render into a recording console and write SVG or HTML (by extension)."""
-    import io
-
     console = Console(
         record=True, file=io.StringIO(), width=width, force_terminal=True, color_system="truecolor"
     )
@@ -296,22 +314,26 @@ def generate(
     debug: DebugOpt = False,
 ) -> None:
     """Generate text with speculative decoding; output is exactly the target's own."""
-    import specli
-    from specli.events import Stats
-    from specli.render.live import LiveView, TokenView
-    from specli.render.plain import PlainWriter, summary_line
+    from specli.api import Result
 
+    models = ModelOptions(
+        preset=preset, target=target, draft=draft, strategy=strategy, device=device, dtype=dtype,
+        quant=quant, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code,
+    )  # fmt: skip
+    options = GenerationOptions(
+        max_new_tokens=max_new_tokens, num_draft_tokens=num_draft_tokens, temperature=temperature,
+        top_k=top_k, top_p=top_p, seed=seed, stop=stop, chat=chat, exit_layer=exit_layer,
+        ngram_min=ngram_min, ngram_max=ngram_max,
+    )  # fmt: skip
     with _user_errors(debug):
         if view is not None and view not in VIEWS:
-            from specli.errors import UsageError
-
             raise UsageError(f"unknown view '{view}'.", f"Use one of: {', '.join(VIEWS)}.")
         _check_save(save)
-        pair, ids, text, rounds = _prepare(locals())
-        k = num_draft_tokens or pair.speculation.num_draft_tokens
+        pair, settings, ids, text, rounds = _prepare(prompt, models, options)
+        k = settings.num_draft_tokens
         stdout = Console(highlight=False, no_color=no_color or None, soft_wrap=True)
         mode = "json" if as_json else view or ("live" if stdout.is_terminal else "plain")
-        token_view = TokenView(pair.tokenizer, pair.strategy, k)
+        token_view = TokenView(pair.tokenizer, settings.strategy, k)
         live = LiveView(token_view, stdout) if mode == "live" else None
         writer = PlainWriter(pair.tokenizer, sys.stdout) if mode == "plain" else None
         collected: list[Any] = []
@@ -331,8 +353,8 @@ def generate(
             stats.observe(r)
         tokens = [t for r in collected for t in r.committed]
         if mode == "json":
-            result = specli.Result(pair.decode(tokens), tokens, ids, stats, collected).to_dict()
-            result["stats"].update(strategy=pair.strategy, num_draft_tokens=k, interrupted=interrupted)
+            result = Result(pair.decode(tokens), tokens, ids, stats, collected).to_dict()
+            result["stats"].update(strategy=settings.strategy, num_draft_tokens=k, interrupted=interrupted)
             typer.echo(json.dumps(result, ensure_ascii=False))
         elif mode != "live":
             if writer is not None:
@@ -344,7 +366,7 @@ def generate(
         if interrupted and mode != "json":
             _stderr().print("interrupted: showing what was generated so far", markup=False)
         if mode in ("plain", "none"):
-            _stderr().print(summary_line(stats, pair.strategy, k), markup=False)
+            _stderr().print(summary_line(stats, settings.strategy, k), markup=False)
         if save:
             if live is None:  # the live view built it as it went; otherwise replay the rounds
                 for r in collected:
@@ -394,17 +416,27 @@ def explain(
     debug: DebugOpt = False,
 ) -> None:
     """Walk through speculative decoding round by round: each draft, its check, the correction or bonus."""
-    import time
-
-    from specli.render.explain import ExplainView
-
+    models = ModelOptions(
+        preset=preset, target=target, draft=draft, strategy=strategy, device=device, dtype=dtype,
+        quant=quant, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code,
+    )  # fmt: skip
+    options = GenerationOptions(
+        max_new_tokens=max_new_tokens, num_draft_tokens=num_draft_tokens, temperature=temperature,
+        top_k=top_k, top_p=top_p, seed=seed, stop=stop, chat=chat, exit_layer=exit_layer,
+        ngram_min=ngram_min, ngram_max=ngram_max,
+    )  # fmt: skip
     with _user_errors(debug):
         _check_save(save)
-        pair, ids, text, rounds = _prepare(locals(), record_top=top)
-        k = num_draft_tokens or pair.speculation.num_draft_tokens
-        temp = pair.generation.temperature if temperature is None else temperature
+        pair, settings, ids, text, rounds = _prepare(prompt, models, options, record_top=top)
         out = Console(highlight=False, no_color=no_color or None)
-        explained = ExplainView(pair.tokenizer, pair.strategy, k, greedy=temp == 0, top=top, prompt_ids=ids)
+        explained = ExplainView(
+            pair.tokenizer,
+            settings.strategy,
+            settings.num_draft_tokens,
+            greedy=settings.greedy,
+            top=top,
+            prompt_ids=ids,
+        )
         shown: list[Any] = []
         out.print(Text.assemble(("prompt: ", "bold"), text))
         interrupted = False
@@ -426,8 +458,6 @@ def explain(
         shown.append(summary)
         out.print(summary)
         if save:
-            from rich.console import Group
-
             _save_view(Group(*shown), save, max(out.width, 100), "specli explain")
         if interrupted:
             raise typer.Exit(130)
@@ -483,58 +513,47 @@ def bench(
     debug: DebugOpt = False,
 ) -> None:
     """Measure strategies against plain decoding (and transformers) on prompt sets, per category."""
-    from pathlib import Path
-
     from specli import bench as b
-    from specli.api import check_strategy
-    from specli.errors import UsageError
-    from specli.render.bench import bench_view
-    from specli.render.progress import Counted
 
+    options = GenerationOptions(
+        max_new_tokens=max_new_tokens, num_draft_tokens=num_draft_tokens, temperature=temperature,
+        seed=seed, chat=chat, exit_layer=exit_layer, ngram_min=ngram_min, ngram_max=ngram_max,
+    )  # fmt: skip
     with _user_errors(debug):
         strategies = list(dict.fromkeys(check_strategy(s) for s in strategy or []))
         if prompts and prompt_set:
             raise UsageError("give --prompts or --set, not both.")
         source = Path(prompts) if prompts else (b.set_path(prompt_set) if prompt_set else None)
         loaded = b.read_prompts(source) if source else None
-        load_strategy = ("draft" if "draft" in strategies else strategies[0]) if strategies else None
-        pair = _load_pair(
-            preset=preset, target=target, draft=draft, strategy=load_strategy, exit_layer=exit_layer,
-            ngram_min=ngram_min, ngram_max=ngram_max, num_draft_tokens=num_draft_tokens,
-            max_new_tokens=max_new_tokens, temperature=temperature, top_k=None, top_p=None,
+        models = ModelOptions(
+            preset=preset, target=target, draft=draft,
+            strategy=("draft" if "draft" in strategies else strategies[0]) if strategies else None,
             device=device, dtype=dtype, quant=quant, allow_pickle=allow_pickle,
             trust_remote_code=trust_remote_code,
         )  # fmt: skip
+        pair, settings = _load(models, options)
         strategies = strategies or [pair.strategy]
+        for other in strategies:  # each strategy's settings are valid for this pair, before any run
+            pair.settings(**options.overrides(), strategy=other)
         if loaded is None:
-            loaded = b.read_prompts(b.set_path("chat" if pair.uses_chat(chat) else "code"))
+            loaded = b.read_prompts(b.set_path("chat" if pair.uses_chat(settings.chat) else "code"))
         selected = b.select_prompts(loaded, category or [], limit)
-        settings = b.BenchSettings(
-            max_new_tokens=max_new_tokens,
-            num_draft_tokens=num_draft_tokens or pair.speculation.num_draft_tokens,
-            temperature=temperature,
-            seed=seed,
-            repeats=repeats,
-            warmup=warmup,
-            exit_layer=exit_layer,
-            ngram_min=ngram_min,
-            ngram_max=ngram_max,
-        )
+        bench_settings = b.BenchSettings(settings=settings, repeats=repeats, warmup=warmup)
         err = _stderr()
-        encoded, skipped = b.encode_prompts(pair, selected, chat)
+        encoded, skipped = b.encode_prompts(pair, selected, settings.chat)
         for note in skipped:
             err.print(f"warning: {note}", markup=False)
         with Counted(err, "bench: prompts measured", len(encoded)) as counted:
             measurements = b.run_bench(
-                pair, encoded, strategies, settings, on_prompt=lambda _: counted.advance()
+                pair, encoded, strategies, bench_settings, on_prompt=lambda _: counted.advance()
             )
             hf = None
             if compare_hf:
                 counted.stage("timing transformers' generate() on the same prompts…")
-                hf = b.run_transformers(pair, encoded, strategies, settings)
+                hf = b.run_transformers(pair, encoded, strategies, bench_settings)
         env = b.environment(pair, dtype, quant)
         env["peak_memory_bytes"] = b.peak_memory_bytes(pair.target.device)
-        result = b.report(measurements, settings, env, hf, skipped)
+        result = b.report(measurements, bench_settings, env, hf, skipped)
         out = Console(highlight=False)
         if not out.is_terminal:
             out = Console(highlight=False, width=150)
@@ -546,13 +565,11 @@ def bench(
 
 
 def _preset_row(name: str, path: Any) -> list[str]:
-    from specli.presets import load_preset_file
 
     try:
         p = load_preset_file(path)
     except SpecliError as e:
         return [name, "[red]invalid[/]", escape(str(e).splitlines()[0]), "", "", ""]
-    from specli.memory import human, preset_estimate
 
     return [
         name,
@@ -574,8 +591,6 @@ def _drafter_label(p: Any) -> str:
 
 def _preset_json(preset: Any) -> dict[str, Any]:
     """preset_to_dict plus the memory estimate (bytes, or None when a model's architecture is unknown)."""
-    from specli.memory import PLAN_CONTEXT, preset_estimate
-    from specli.presets import preset_to_dict
 
     data = preset_to_dict(preset)
     data["estimated_memory_bytes"] = preset_estimate(preset, PLAN_CONTEXT)
@@ -584,7 +599,6 @@ def _preset_json(preset: Any) -> dict[str, Any]:
 
 
 def _memory_line(preset: Any) -> str:
-    from specli.memory import PLAN_CONTEXT, human, preset_estimate
 
     total = preset_estimate(preset, PLAN_CONTEXT)
     if total is None:
@@ -595,7 +609,6 @@ def _memory_line(preset: Any) -> str:
 @presets_app.command("list")
 def presets_list(as_json: JsonOpt = False, debug: DebugOpt = False) -> None:
     """List the presets: built-in ones and yours ($SPECLI_PRESETS, ~/.config/specli/presets)."""
-    from specli.presets import available_presets, load_preset_file
 
     with _user_errors(debug):
         found = available_presets()
@@ -625,9 +638,6 @@ def presets_show(
     debug: DebugOpt = False,
 ) -> None:
     """Show one preset in full."""
-    import yaml
-
-    from specli.presets import preset_to_dict, resolve_preset
 
     with _user_errors(debug):
         preset = resolve_preset(name)

@@ -8,16 +8,34 @@ runs only with `--trust-remote-code`.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
 from pathlib import Path
 from typing import Any
 
+import huggingface_hub
 import torch
+from huggingface_hub import constants
+from huggingface_hub.errors import (
+    DisabledRepoError,
+    GatedRepoError,
+    HfHubHTTPError,
+    HFValidationError,
+    IncompleteSnapshotError,
+    LocalEntryNotFoundError,
+    OfflineModeIsEnabled,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
 
 from specli.errors import ModelLoadError, SpecliError, UsageError
+from specli.model_dirs import EMBEDDED_PREFIX as EMBEDDED_PREFIX  # model_dirs: torch-free, re-exported
+from specli.model_dirs import embedded_dir as embedded_dir
+from specli.model_dirs import embedded_model as embedded_model
+from specli.model_dirs import embedded_names as embedded_names
+from specli.model_dirs import read_config as read_config
 
 DEVICE_FORMS = "auto, cpu, cuda, cuda:N"
 DTYPES: dict[str, torch.dtype] = {
@@ -131,8 +149,6 @@ def _env_true(name: str) -> bool:
 
 def hub_offline() -> bool:
     """Whether hub access is switched off, read now (so a variable set after import still counts)."""
-    from huggingface_hub import constants
-
     return constants.is_offline_mode() or _env_true("HF_HUB_OFFLINE") or _env_true("TRANSFORMERS_OFFLINE")
 
 
@@ -151,17 +167,6 @@ def hub_cache_dir() -> str | None:
 
 def _hub_error(model: str, err: Exception, offline: bool) -> ModelLoadError:
     """Translate a huggingface_hub failure into a message the user can act on."""
-    from huggingface_hub.errors import (
-        DisabledRepoError,
-        GatedRepoError,
-        HfHubHTTPError,
-        IncompleteSnapshotError,
-        LocalEntryNotFoundError,
-        OfflineModeIsEnabled,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
-
     url = f"https://huggingface.co/{model}"
     if isinstance(err, GatedRepoError):
         return ModelLoadError(
@@ -198,31 +203,6 @@ def _hub_error(model: str, err: Exception, offline: bool) -> ModelLoadError:
         f"({type(cause).__name__}) and it is not in the local cache",
         "check your connection, or set HF_HUB_OFFLINE=1 to use the cache",
     )
-
-
-EMBEDDED_PREFIX = "embedded:"
-
-
-def embedded_dir() -> Path:
-    """The folder of the models shipped inside the package (specli/embedded)."""
-    return Path(__file__).resolve().parent / "embedded"
-
-
-def embedded_names() -> list[str]:
-    """Names usable as "embedded:NAME": the folders under embedded_dir() that hold a config.json."""
-    root = embedded_dir()
-    return sorted(p.name for p in root.iterdir() if (p / "config.json").is_file()) if root.is_dir() else []
-
-
-def embedded_model(name: str) -> Path:
-    """ "embedded:NAME" -> its folder inside the package, or a clear error naming the ones that exist."""
-    folder = embedded_dir() / name
-    if name and "/" not in name and (folder / "config.json").is_file():
-        return folder
-    known = (
-        ", ".join(f"embedded:{n}" for n in embedded_names()) or "none (this install has no embedded models)"
-    )
-    raise ModelLoadError(f"no embedded model named '{name}'", f"embedded models: {known}")
 
 
 WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json", *PICKLE_PATTERNS)
@@ -263,9 +243,6 @@ def resolve_source(
             "pass an existing folder or a hub id like 'Qwen/Qwen2.5-0.5B-Instruct'",
         )
 
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HFValidationError
-
     patterns = (
         HUB_PATTERNS
         + (PICKLE_PATTERNS if allow_pickle else [])
@@ -276,7 +253,7 @@ def resolve_source(
     offline = hub_offline()
     bars = {"tqdm_class": tqdm_class} if tqdm_class is not None else {}
     try:
-        folder = snapshot_download(
+        folder = huggingface_hub.snapshot_download(  # looked up now: tests replace it
             model,
             allow_patterns=patterns,
             ignore_patterns=HUB_IGNORE,
@@ -294,15 +271,6 @@ def resolve_source(
 
 
 # --------------------------------------------------------------------------- checks and loading
-
-
-def read_config(folder: Path | str) -> dict[str, Any] | None:
-    """A model folder's config.json as a dict, or None when it is missing or not JSON."""
-    try:
-        config = json.loads((Path(folder) / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return config if isinstance(config, dict) else None
 
 
 def check_weights(folder: Path, *, allow_pickle: bool) -> None:
@@ -331,8 +299,6 @@ def check_weights(folder: Path, *, allow_pickle: bool) -> None:
 
 def load_tokenizer(folder: Path, *, trust_remote_code: bool = False, name: str | None = None):
     """AutoTokenizer from a model folder; failures become ModelLoadError."""
-    from transformers import AutoTokenizer
-
     label = name or str(folder)
     try:
         return AutoTokenizer.from_pretrained(folder, trust_remote_code=bool(trust_remote_code))
@@ -376,8 +342,6 @@ def _quiet_bnb_8bit_cast() -> None:
 
 
 def _quant_config(quant: str, dtype: torch.dtype):
-    from transformers import BitsAndBytesConfig
-
     if quant == "8bit":
         _quiet_bnb_8bit_cast()
         return BitsAndBytesConfig(load_in_8bit=True)
@@ -404,8 +368,6 @@ def load_model(
     if quant not in QUANT_MODES:
         raise UsageError(f"unknown quantization '{quant}'", f"use one of: {', '.join(QUANT_MODES)}")
     check_weights(folder, allow_pickle=allow_pickle)
-    from transformers import AutoModelForCausalLM
-
     label = name or str(folder)
     # trust_remote_code must be a bool: None makes transformers prompt on stdin for repos with code.
     kwargs: dict[str, Any] = dict(
@@ -473,8 +435,8 @@ def check_tokenizers(target_tok, draft_tok, target_name: str, draft_name: str) -
     raise UsageError(
         f"target '{target_name}' and drafter '{draft_name}' use different tokenizers ({diff}); speculative "
         "decoding with a separate drafter needs one shared tokenizer.",
-        "Use a drafter from the target's family, or --strategy none (prompt lookup, --strategy lookup, "
-        "needs no drafter and is planned).",
+        "Use a drafter with the target's tokenizer (one from its family), or --strategy lookup or "
+        "--strategy self, which need no drafter.",
     )
 
 

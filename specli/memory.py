@@ -15,6 +15,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from specli.errors import SpecliError
+from specli.model_dirs import EMBEDDED_PREFIX, embedded_dir, read_config
+
 NF4_BITS = 4.127  # 4-bit weights + double-quantized absmax per block of 64
 WORKSPACE = 1.10  # activations, allocator slack, CUDA context: 10% on top
 
@@ -126,6 +129,8 @@ KNOWN_SHAPES: MappingProxyType[str, Shape] = MappingProxyType(
     {
         "meta-llama/Llama-3.1-8B-Instruct": _llama(128256, 4096, 32, 32, 8, 14336, False),
         "meta-llama/Llama-3.1-70B-Instruct": _llama(128256, 8192, 80, 64, 8, 28672, False),
+        "meta-llama/Llama-3.3-70B-Instruct": _llama(128256, 8192, 80, 64, 8, 28672, False),
+        "Qwen/Qwen3-8B": Shape(151936, 4096, 36, 32, 8, 12288, False, head_dim=128),
         "meta-llama/Llama-3.2-1B-Instruct": _llama(128256, 2048, 16, 32, 8, 8192, True),
         "Qwen/Qwen2.5-7B-Instruct": _llama(152064, 3584, 28, 28, 4, 18944, False, True),
         "Qwen/Qwen2.5-32B-Instruct": _llama(152064, 5120, 64, 40, 8, 27648, False, True),
@@ -140,8 +145,6 @@ KNOWN_SHAPES: MappingProxyType[str, Shape] = MappingProxyType(
 
 def shape_of(model: str) -> Shape | None:
     """The Shape of a model named by a preset: a local folder's config.json, a known hub id, or None."""
-    from specli.loading import EMBEDDED_PREFIX, embedded_dir, read_config
-
     if model.startswith(EMBEDDED_PREFIX):
         folder = embedded_dir() / model[len(EMBEDDED_PREFIX) :]
     else:
@@ -158,9 +161,33 @@ def shape_of(model: str) -> Shape | None:
 DTYPE_BYTES = MappingProxyType({"float32": 4, "float16": 2, "bfloat16": 2, "auto": 2})
 
 
+EAGLE_DRAFT_VOCAB = 32000  # the reduced draft vocabulary most EAGLE-3 heads use
+
+
+def head_estimate(target: Shape, dtype_bytes: int = 2, context: int = 4096) -> Estimate:
+    """An EAGLE-3 head for `target`, from the target's shape alone: fc [3d -> d], one decoder layer whose
+    q/k/v read 2d, its norm and an LM head over a draft vocabulary of up to 32k tokens; KV of one layer."""
+    d, q, kv = target.hidden_size, target.num_heads * target.head_size, target.num_kv_heads * target.head_size
+    layer = 2 * d * (q + 2 * kv) + q * d + 3 * d * target.intermediate_size
+    parameters = 3 * d * d + layer + min(EAGLE_DRAFT_VOCAB, target.vocab_size) * d + 4 * d
+    kv_bytes = 2 * target.num_kv_heads * target.head_size * context * dtype_bytes
+    return Estimate(parameters * dtype_bytes, kv_bytes)
+
+
 def preset_estimate(preset: Any, context: int = 4096) -> int | None:
-    """Total bytes a preset needs (target + drafter, KV for `context` tokens each), or None if unknown."""
+    """Total bytes a preset needs (target + drafter or EAGLE head, KV for `context` tokens each), or None
+    if unknown."""
     total = 0
+    if preset.strategy == "eagle":  # the drafter is a head; it sits beside the target's LM head
+        target = shape_of(preset.target.model)
+        if target is None:
+            return None
+        spec = preset.target
+        dtype_bytes = (
+            4 if spec.model.startswith("embedded:") and spec.dtype == "auto" else DTYPE_BYTES[spec.dtype]
+        )
+        target_bytes = estimate(target, dtype_bytes, spec.quantization, context).total_bytes
+        return target_bytes + head_estimate(target, dtype_bytes, context).total_bytes
     for spec in (preset.target, preset.draft):
         if spec is None:
             continue
@@ -188,9 +215,9 @@ PLAN_CONTEXT = 4096  # tokens of KV cache planned for at load time
 
 def free_bytes(device: Any) -> int | None:
     """Free memory of a device: CUDA's own count, or MemAvailable of the system for CPU (None if unknown)."""
-    import torch
-
     if device.type == "cuda":
+        import torch  # only here: `specli presets list` estimates memory without importing torch
+
         free, _ = torch.cuda.mem_get_info(device)
         return int(free)
     try:
@@ -222,8 +249,6 @@ def check_fits(needs: list[Need], device: Any, available: int | None) -> None:
 
 def not_enough(needs: list[Need], where: str, *, cuda: bool) -> Exception:
     """The error for a pair that does not fit: what each model needs, what `where` has, what would fit."""
-    from specli.errors import SpecliError
-
     total = sum(n.estimate.total_bytes for n in needs)
     parts = ", ".join(
         f"{n.name} {human(n.estimate.weights_bytes)} ({n.quant if n.quant != 'none' else n.dtype})"

@@ -1,4 +1,4 @@
-"""Placing a pair on several GPUs (pure planning; `api.load` applies the plan).
+"""Placing a pair on several GPUs (pure planning; `plan.plan_pair` makes the plan, `api.load` applies it).
 
 The target is split by accelerate's `device_map="auto"` under a `max_memory` map for its weights. The
 map leaves room on every GPU for the target's KV cache (its layers' share of it) and, on the GPU that

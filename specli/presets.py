@@ -89,7 +89,7 @@ class GenerationSpec(_Spec):
     """Sampling and output settings (temperature 0 = greedy; top_k 0 = off)."""
 
     max_new_tokens: int = Field(256, ge=1)
-    temperature: float = Field(0.0, ge=0)
+    temperature: float = Field(0.0, ge=0, allow_inf_nan=False)
     top_k: int = Field(0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
     chat_template: Literal["auto", "on", "off"] = "auto"
@@ -110,9 +110,10 @@ class Preset(_Spec):
 
     name: str = Field(min_length=1)
     description: str = ""
-    strategy: Literal["draft", "none", "lookup", "self"] = "draft"
+    strategy: Literal["draft", "none", "lookup", "self", "eagle"] = "draft"
     target: ModelSpec
     draft: ModelSpec | None = None
+    head: ModelSpec | None = None  # an EAGLE head for `--strategy eagle` when the preset drafts otherwise
     speculation: SpeculationSpec = Field(default_factory=SpeculationSpec)
     generation: GenerationSpec = Field(default_factory=GenerationSpec)
     notes: str = ""
@@ -132,7 +133,18 @@ class Preset(_Spec):
                 "strategy 'draft' needs a `draft:` model (or pick strategy lookup, self or none)",
                 {"field": "strategy"},
             )
+        if self.strategy == "eagle" and self.draft is None and self.head is None:
+            raise PydanticCustomError(
+                "head_required",
+                "strategy 'eagle' needs an EAGLE head as `draft:` (or `head:`)",
+                {"field": "strategy"},
+            )
         return self
+
+    @property
+    def eagle_head(self) -> ModelSpec | None:
+        """The EAGLE head `--strategy eagle` uses: `head:`, else the drafter of an eagle preset."""
+        return self.head or (self.draft if self.strategy == "eagle" else None)
 
 
 # --------------------------------------------------------------------------- loading

@@ -248,9 +248,14 @@ def test_field_errors_name_file_line_and_field(tmp_path, tail, line, expected):
             "target.dtype: Input should be",
         ),
         (
+            "name: x\nstrategy: medusa\ntarget: {model: a/b}\n",
+            2,
+            "strategy: Input should be 'draft', 'none', 'lookup', 'self' or 'eagle'",
+        ),
+        (
             "name: x\nstrategy: eagle\ntarget: {model: a/b}\n",
             2,
-            "strategy: Input should be 'draft', 'none', 'lookup' or 'self'",
+            "strategy: strategy 'eagle' needs an EAGLE head as `draft:` (or `head:`)",
         ),
         (
             "# c\n\nname: x\ntarget: {model: a/b}\nstrategy: draft\n",

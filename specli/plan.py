@@ -1,0 +1,103 @@
+"""Before any weights load: will the pair fit, and where does each model go?
+
+`plan_pair` estimates what each model needs from its config alone (`memory`), stops with figures and
+options when the pair does not fit, and with several GPUs under `--device auto` plans where the target's
+layers and the drafter go (`placement`). `draft_device` then picks the drafter's GPU once the target
+is placed. `load` in `api` applies the plan.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig
+
+from specli import loading, memory
+from specli.cached_lm import CachedLM
+from specli.placement import Placement, describe_gpus, plan_placement
+
+
+@dataclass(frozen=True)
+class ModelToLoad:
+    """One model of a pair: its name as given, dtype, quantization, and once fetched its folder (configs
+    and tokenizer; the weights come later)."""
+
+    name: str
+    dtype: str = "auto"  # auto | float32 | float16 | bfloat16
+    quant: str = "none"  # none | 8bit | 4bit
+    folder: Path | None = None
+
+
+def dtype_for(model: ModelToLoad, device: torch.device, trust_remote_code: bool) -> torch.dtype:
+    """Resolve a model's dtype; 'auto' on CUDA consults the checkpoint's own config."""
+    config = None
+    if model.dtype == "auto" and device.type == "cuda":
+        config = AutoConfig.from_pretrained(model.folder, trust_remote_code=trust_remote_code)
+    return loading.resolve_dtype(model.dtype, device, config)
+
+
+def estimate_needs(
+    models: list[ModelToLoad], device: torch.device, trust_remote_code: bool
+) -> list[memory.Need] | None:
+    """What each model will take, from configs alone; None when one cannot be estimated."""
+    needs = []
+    for model in models:
+        config = loading.read_config(model.folder)
+        if config is None:
+            return None
+        try:
+            shape = memory.Shape.from_config(config)
+            dtype = dtype_for(model, device, trust_remote_code)
+            estimate = memory.estimate(shape, torch.finfo(dtype).bits // 8, model.quant, memory.PLAN_CONTEXT)
+        except (ValueError, TypeError, KeyError, ZeroDivisionError):
+            return None  # an unusual config: no estimate, no check
+        needs.append(memory.Need(model.name, str(dtype).replace("torch.", ""), model.quant, estimate))
+    return needs
+
+
+def gpu_count(device_spec: str) -> int:
+    """GPUs `--device auto` may spread over (0 for any other device, or without CUDA)."""
+    if device_spec.strip().lower() != "auto" or not torch.cuda.is_available():
+        return 0
+    return torch.cuda.device_count()
+
+
+def plan_pair(
+    models: list[ModelToLoad], device: torch.device, device_spec: str, trust_remote_code: bool
+) -> Placement | None:
+    """Check the pair fits (stop with figures and options when not) and, with several GPUs under
+    --device auto, plan where each model goes. None: everything on `device`.
+
+    SPECLI_NO_MEMORY_CHECK=1 skips the check (a plan is still made where one fits)."""
+    checked = os.environ.get("SPECLI_NO_MEMORY_CHECK") != "1"
+    gpus = gpu_count(device_spec)
+    if gpus < 2:
+        needs = estimate_needs(models, device, trust_remote_code) if checked else None
+        if needs is not None:
+            memory.check_fits(needs, device, memory.free_bytes(device))
+        return None
+    everywhere = Placement(tuple(range(gpus)), {}, gpus - 1 if len(models) > 1 else None)
+    needs = estimate_needs(models, device, trust_remote_code)
+    if needs is None:  # no estimate: accelerate spreads the target, the drafter goes beside its LM head
+        return everywhere
+    free = [memory.free_bytes(torch.device("cuda", i)) or 0 for i in range(gpus)]
+    draft = needs[1].estimate if len(needs) > 1 else None
+    plan = plan_placement(free, needs[0].estimate, draft, quantized=needs[0].quant != "none")
+    if plan is None:
+        if checked:
+            raise memory.not_enough(needs, f"the {gpus} GPUs have {describe_gpus(free)}", cuda=True)
+        return everywhere
+    return plan if plan.split else None
+
+
+def draft_device(target_model: torch.nn.Module, placement: Placement) -> torch.device:
+    """The GPU that got the target's LM head (so p and q meet there) if the drafter fits there; else the
+    planned one."""
+    planned = torch.device("cuda", placement.draft_gpu or 0)
+    head = CachedLM(target_model).output_device
+    if head.type != "cuda" or head == planned:
+        return planned
+    return head if (memory.free_bytes(head) or 0) >= placement.draft_bytes else planned

@@ -1,0 +1,184 @@
+"""Every generation setting, resolved once: the preset first, then the caller's overrides.
+
+`resolve_settings(preset, **overrides)` gives a frozen `Settings` that the engine, the views and bench
+all read. Ranges come from one schema, the preset's (`GenerationSpec`, `SpeculationSpec`): a value out
+of range raises a `UsageError` naming the command-line option and the fix. `Pair.settings(...)` adds what
+only the loaded model knows (the exit layer's default and range).
+
+No torch here: the CLI resolves settings before anything heavy is imported, so a typo fails at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, get_args
+
+from pydantic import ValidationError
+
+from specli.errors import UsageError
+from specli.presets import GenerationSpec, Preset, SpeculationSpec
+
+if TYPE_CHECKING:
+    from specli.sampling import SamplingConfig
+
+STRATEGIES: tuple[str, ...] = get_args(Preset.model_fields["strategy"].annotation)
+MODEL_FREE_STRATEGIES = ("lookup", "self", "none")  # need no drafter model
+GENERATION_FIELDS = ("max_new_tokens", "temperature", "top_k", "top_p")
+SPECULATION_FIELDS = ("num_draft_tokens", "ngram_min", "ngram_max", "exit_layer")
+_RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than_equal", "finite_number"}
+
+# What a value out of its range means, per field, in the words of the command line (option names).
+_RANGE_MESSAGES: dict[str, Callable[[Any], str]] = {
+    "max_new_tokens": lambda v: f"max-new-tokens must be at least 1 (got {v}).",
+    "temperature": lambda v: f"temperature must be a number >= 0 (got {v}); 0 is greedy decoding.",
+    "top_k": lambda v: f"top-k must be >= 0 (got {v}); 0 turns it off.",
+    "top_p": lambda v: f"top-p must be in (0, 1] (got {v}); 1 turns it off.",
+    "num_draft_tokens": lambda v: f"num-draft-tokens must be at least 1 (got {v}).",
+    "ngram_min": lambda v: f"ngram-min must be at least 1 (got {v}).",
+    "ngram_max": lambda v: f"ngram-max must be at least 1 (got {v}).",
+    "exit_layer": lambda v: f"exit-layer must be at least 1 (got {v}).",
+}
+
+
+def check_strategy(strategy: str) -> str:
+    if strategy not in STRATEGIES:
+        raise UsageError(f"unknown strategy '{strategy}'.", f"Use one of: {', '.join(STRATEGIES)}.")
+    return strategy
+
+
+def default_exit_layer(num_layers: int) -> int:
+    """The exit layer used when neither the call nor the preset names one: a quarter of the depth."""
+    return max(1, num_layers // 4)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every generation setting, resolved once: preset first, then the caller's overrides.
+
+    Built through `resolve_settings` or `Pair.settings`; constructing or `replace`-ing one validates
+    every value again (UsageError on a bad one), so a Settings object always holds valid values.
+    exit_layer applies to strategy 'self', ngram_min/ngram_max to 'lookup'; chat None follows the
+    preset's chat_template rule.
+    """
+
+    strategy: str  # "draft" | "lookup" | "self" | "none"
+    max_new_tokens: int
+    num_draft_tokens: int
+    temperature: float
+    top_k: int
+    top_p: float
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    ngram_min: int = 1
+    ngram_max: int = 3
+    exit_layer: int | None = None
+    chat: bool | None = None
+
+    def __post_init__(self) -> None:
+        check_strategy(self.strategy)
+        generation = _validate(GenerationSpec, {name: getattr(self, name) for name in GENERATION_FIELDS})
+        speculation = _validate(SpeculationSpec, {name: getattr(self, name) for name in SPECULATION_FIELDS})
+        checked = {name: getattr(generation, name) for name in GENERATION_FIELDS}
+        checked |= {name: getattr(speculation, name) for name in SPECULATION_FIELDS}
+        checked |= {"seed": _seed(self.seed), "stop": _stop(self.stop), "chat": _chat(self.chat)}
+        for name, value in checked.items():  # the schema's types: "3" -> 3, 1 -> 1.0
+            object.__setattr__(self, name, value)
+
+    @property
+    def sampling(self) -> SamplingConfig:
+        """temperature, top-k and top-p as the engine's SamplingConfig."""
+        from specli.sampling import SamplingConfig  # imports torch; this module must not
+
+        return SamplingConfig(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with `changes` applied, validated again (UsageError on a bad value)."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise TypeError(f"unknown setting(s): {', '.join(sorted(unknown))}")
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["stop"] = list(self.stop)
+        return data
+
+
+def resolve_settings(preset: Preset | None = None, **overrides: Any) -> Settings:
+    """The preset's settings (the schema's defaults without one), then `overrides` on top.
+
+    An override whose value is None is unset. Names are Settings' fields; a value out of range raises
+    a UsageError naming the command-line option. Nothing here needs a model: exit_layer's default and
+    its upper bound come with `Pair.settings`.
+    """
+    if preset is None:
+        return settings_from(GenerationSpec(), SpeculationSpec(), STRATEGIES[0], **overrides)
+    return settings_from(preset.generation, preset.speculation, preset.strategy, **overrides)
+
+
+def settings_from(
+    generation: GenerationSpec, speculation: SpeculationSpec, strategy: str, /, **overrides: Any
+) -> Settings:
+    """resolve_settings from a preset's parts (what `Pair` keeps of its preset)."""
+    names = {f.name for f in dataclasses.fields(Settings)}
+    unknown = set(overrides) - names
+    if unknown:
+        raise TypeError(f"unknown setting(s): {', '.join(sorted(unknown))}")
+    values: dict[str, Any] = {"strategy": strategy}
+    values |= {name: getattr(generation, name) for name in GENERATION_FIELDS}
+    values |= {name: getattr(speculation, name) for name in SPECULATION_FIELDS}
+    values |= {name: value for name, value in overrides.items() if value is not None}
+    return Settings(**values)
+
+
+def _validate(model: type[GenerationSpec] | type[SpeculationSpec], values: dict[str, Any]) -> Any:
+    """values through the preset schema (lax about types: numpy ints, "3"), errors as UsageError."""
+    try:
+        return model.model_validate(values, strict=False)
+    except ValidationError as exc:
+        raise _usage_error(exc.errors(include_url=False)[0], values) from None
+
+
+def _usage_error(error: Any, values: dict[str, Any]) -> UsageError:
+    """One pydantic error -> the message the command line shows (option names, the value, the fix)."""
+    if error["type"] == "ngram_order":
+        ctx = error["ctx"]
+        return UsageError(f"ngram-max ({ctx['ngram_max']}) must be at least ngram-min ({ctx['ngram_min']}).")
+    name = str(error["loc"][0])
+    value = values.get(name)
+    if error["type"] in _RANGE_ERRORS:
+        return UsageError(_RANGE_MESSAGES[name](value))
+    message = error["msg"][:1].lower() + error["msg"][1:]  # a type error: "input should be a valid integer"
+    return UsageError(f"{name.replace('_', '-')}: {message} (got {value!r}).")
+
+
+def _seed(seed: Any) -> int | None:
+    if seed is None:
+        return None
+    try:
+        return operator.index(seed)
+    except TypeError:
+        raise UsageError(f"seed must be a whole number (got {seed!r}).") from None
+
+
+def _stop(stop: Any) -> tuple[str, ...]:
+    """Stop strings as a tuple; one string is one stop string (not its characters)."""
+    if stop is None:
+        return ()
+    strings = (stop,) if isinstance(stop, str) else tuple(stop) if isinstance(stop, Sequence) else None
+    if strings is None or not all(isinstance(s, str) for s in strings):
+        raise UsageError(f"stop must be strings (got {stop!r}).")
+    return strings
+
+
+def _chat(chat: Any) -> bool | None:
+    if chat is None or isinstance(chat, bool):
+        return chat
+    raise UsageError(f"chat must be True, False or None (got {chat!r}).")
