@@ -65,7 +65,7 @@ def main() -> None:
         pair = specli.load(device="cpu")
     prompts = [bench.BenchPrompt(name, "third-party", text) for name, text in function_prompts(args.prompts)]
     settings = bench.BenchSettings(
-        max_new_tokens=args.max_new_tokens, num_draft_tokens=args.k, exit_layer=args.exit_layer
+        pair.settings(max_new_tokens=args.max_new_tokens, num_draft_tokens=args.k, exit_layer=args.exit_layer)
     )
     encoded, _ = bench.encode_prompts(pair, prompts)
     runs = bench.run_bench(pair, encoded, args.strategies.split(","), settings)
@@ -82,8 +82,8 @@ def main() -> None:
         args.json.write_text(json.dumps(report, indent=1) + "\n")
 
 
-KEYS = ("strategy", "prompts", "tokens", "rounds", "drafted", "accepted", "acceptance_rate",
-        "mean_acceptance_length", "tokens_per_second", "speedup")  # fmt: skip
+KEYS = ("strategy", "prompts", "tokens", "rounds", "drafted", "accepted", "rejections", "acceptance_rate",
+        "accept_prob", "mean_acceptance_length", "tokens_per_second", "speedup")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """`specli bench`: run prompt sets through several strategies and the plain-decoding baseline of the same
-target on the same engine, and measure speed, acceptance and cost (GUIDE §4). Prints nothing itself.
+target on the same engine, and measure speed, acceptance and cost (docs/design.md §4). Prints nothing.
 
 Per prompt every strategy starts from fresh drafter state; warm-up runs are not counted; repeats are
 interleaved (the order rotates each repeat) so drift hits all strategies alike; times are medians over
@@ -14,14 +14,21 @@ import resource
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+import transformers
 
+from specli import __version__
+from specli.cached_lm import synchronize
 from specli.errors import UsageError
-from specli.events import Stats
+from specli.events import Stats, expected_acceptance_length
+
+if TYPE_CHECKING:
+    from specli.api import Pair
+    from specli.settings import Settings
 
 SETS = ("code", "chat")
 BASELINE = "none"
@@ -36,35 +43,69 @@ class BenchPrompt:
 
 @dataclass(frozen=True)
 class BenchSettings:
-    max_new_tokens: int = 128
-    num_draft_tokens: int = 4
-    temperature: float = 0.0
-    seed: int = 0
+    """The generation settings every run uses (its strategy field is ignored: each run sets its own, and
+    seed + repeat as its seed), how many measured repeats per prompt and strategy, and warm-up runs."""
+
+    settings: Settings
     repeats: int = 1
     warmup: int = 1
-    exit_layer: int | None = None
-    ngram_min: int | None = None
-    ngram_max: int | None = None
+
+    @property
+    def base_seed(self) -> int:
+        """Repeat r runs with seed base_seed + r (0 when the settings name no seed)."""
+        return self.settings.seed if self.settings.seed is not None else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report's "settings": flat, the keys older reports had."""
+        s = self.settings
+        return {
+            "max_new_tokens": s.max_new_tokens,
+            "num_draft_tokens": s.num_draft_tokens,
+            "temperature": s.temperature,
+            "top_k": s.top_k,
+            "top_p": s.top_p,
+            "seed": self.base_seed,
+            "repeats": self.repeats,
+            "warmup": self.warmup,
+            "exit_layer": s.exit_layer,
+            "ngram_min": s.ngram_min,
+            "ngram_max": s.ngram_max,
+        }
 
 
 @dataclass
 class Measurement:
-    """One generation of one prompt by one strategy."""
+    """One generation of one prompt by one strategy: its Stats, and the wall time bench measured around
+    it (CUDA synchronised at both ends), which speed is computed from."""
 
     prompt_id: str
     category: str
     strategy: str
     repeat: int
-    tokens: int
-    rounds: int
-    drafted: int
-    accepted: int
     elapsed_s: float
-    draft_time_s: float
-    verify_time_s: float
-    position_drafted: list[int]
-    position_accepted: list[int]
+    stats: Stats
     output: list[int] = field(repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON "runs" row (flat, as in older reports)."""
+        s = self.stats
+        return {
+            "prompt_id": self.prompt_id,
+            "category": self.category,
+            "strategy": self.strategy,
+            "repeat": self.repeat,
+            "tokens": s.tokens,
+            "rounds": s.rounds,
+            "drafted": s.drafted,
+            "accepted": s.accepted,
+            "rejections": s.rejections,
+            "elapsed_s": self.elapsed_s,
+            "draft_time_s": s.draft_time,
+            "verify_time_s": s.verify_time,
+            "position_drafted": list(s.position_drafted),
+            "position_accepted": list(s.position_accepted),
+            "output_tokens": len(self.output),
+        }
 
 
 # --------------------------------------------------------------------------- prompts
@@ -131,55 +172,26 @@ def select_prompts(
 # --------------------------------------------------------------------------- running
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def measure(
-    pair: Any, prompt: BenchPrompt, ids: list[int], strategy: str, settings: BenchSettings, repeat: int
-):
-    """Generate once and return the Measurement (clocks read after a CUDA synchronize)."""
+    pair: Pair, prompt: BenchPrompt, ids: list[int], strategy: str, bench: BenchSettings, repeat: int
+) -> Measurement:
+    """Generate once with `strategy` and seed base_seed + repeat; clocks read after a CUDA synchronize."""
+    settings = bench.settings.replace(strategy=strategy, seed=bench.base_seed + repeat)
     stats = Stats()
     output: list[int] = []
     device = pair.target.device
-    _sync(device)
+    synchronize(device)
     start = time.perf_counter()
-    for r in pair.stream(
-        prompt_ids=ids,
-        max_new_tokens=settings.max_new_tokens,
-        temperature=settings.temperature,
-        seed=settings.seed + repeat,
-        num_draft_tokens=settings.num_draft_tokens,
-        strategy=strategy,
-        exit_layer=settings.exit_layer,
-        ngram_min=settings.ngram_min,
-        ngram_max=settings.ngram_max,
-    ):
+    for r in pair.stream(prompt_ids=ids, settings=settings):
         stats.observe(r)
         output += r.committed
-    _sync(device)
+    synchronize(device)
     elapsed = time.perf_counter() - start
-    return Measurement(
-        prompt_id=prompt.id,
-        category=prompt.category,
-        strategy=strategy,
-        repeat=repeat,
-        tokens=stats.tokens,
-        rounds=stats.rounds,
-        drafted=stats.drafted,
-        accepted=stats.accepted,
-        elapsed_s=elapsed,
-        draft_time_s=stats.draft_time,
-        verify_time_s=stats.verify_time,
-        position_drafted=list(stats.position_drafted),
-        position_accepted=list(stats.position_accepted),
-        output=output,
-    )
+    return Measurement(prompt.id, prompt.category, strategy, repeat, elapsed, stats, output)
 
 
 def encode_prompts(
-    pair: Any, prompts: list[BenchPrompt], chat: bool | None = None
+    pair: Pair, prompts: list[BenchPrompt], chat: bool | None = None
 ) -> tuple[list[tuple[BenchPrompt, list[int]]], list[str]]:
     """(prompt, ids) for prompts that leave room to generate, and a note for each one skipped."""
     encoded, skipped = [], []
@@ -194,23 +206,23 @@ def encode_prompts(
 
 
 def run_bench(
-    pair: Any,
+    pair: Pair,
     encoded: list[tuple[BenchPrompt, list[int]]],
     strategies: Sequence[str],
-    settings: BenchSettings,
+    bench: BenchSettings,
     on_prompt: Callable[[BenchPrompt], None] | None = None,
 ) -> list[Measurement]:
     """Baseline + strategies on every (prompt, ids), repeats interleaved; returns every measurement."""
     order = [BASELINE] + [s for s in strategies if s != BASELINE]
-    for _ in range(settings.warmup):
+    for _ in range(bench.warmup):
         for strategy in order:
-            measure(pair, encoded[0][0], encoded[0][1], strategy, settings, 0)
+            measure(pair, encoded[0][0], encoded[0][1], strategy, bench, 0)
     measurements: list[Measurement] = []
     for prompt, ids in encoded:
-        for repeat in range(settings.repeats):
+        for repeat in range(bench.repeats):
             shift = repeat % len(order)
             for strategy in order[shift:] + order[:shift]:
-                measurements.append(measure(pair, prompt, ids, strategy, settings, repeat))
+                measurements.append(measure(pair, prompt, ids, strategy, bench, repeat))
         if on_prompt:
             on_prompt(prompt)
     return measurements
@@ -232,11 +244,6 @@ def identity_errors(measurements: list[Measurement]) -> list[str]:
 # --------------------------------------------------------------------------- summaries
 
 
-def expected_length(alpha: float, k: int) -> float:
-    """E = (1 - alpha^(k+1)) / (1 - alpha), the mean tokens per round for i.i.d. acceptance alpha."""
-    return float(k + 1) if alpha >= 1.0 else (1 - alpha ** (k + 1)) / (1 - alpha)
-
-
 def _median_runs(runs: list[Measurement]) -> Measurement:
     """The run with the median elapsed time among one prompt's repeats."""
     ordered = sorted(runs, key=lambda m: m.elapsed_s)
@@ -249,40 +256,54 @@ def _sum_by_position(rows: list[list[int]]) -> list[int]:
     return [sum(r[i] for r in rows if i < len(r)) for i in range(width)]
 
 
+def _total(stats: list[Stats]) -> Stats:
+    """The counts and times of several runs added up (elapsed: bench keeps wall time apart)."""
+    return Stats(
+        rounds=sum(s.rounds for s in stats),
+        drafted=sum(s.drafted for s in stats),
+        accepted=sum(s.accepted for s in stats),
+        rejections=sum(s.rejections for s in stats),
+        tokens=sum(s.tokens for s in stats),
+        draft_time=sum(s.draft_time for s in stats),
+        verify_time=sum(s.verify_time for s in stats),
+        position_drafted=_sum_by_position([s.position_drafted for s in stats]),
+        position_accepted=_sum_by_position([s.position_accepted for s in stats]),
+    )
+
+
 def _strategy_metrics(strategy: str, runs: list[Measurement]) -> dict[str, Any]:
     """Speed from each prompt's median run; acceptance from every run (repeats included)."""
     by_prompt: dict[str, list[Measurement]] = {}
     for m in runs:
         by_prompt.setdefault(m.prompt_id, []).append(m)
     medians = [_median_runs(v) for v in by_prompt.values()]
-    tokens = sum(m.tokens for m in medians)
+    median = _total([m.stats for m in medians])
+    every = _total([m.stats for m in runs])
     elapsed = sum(m.elapsed_s for m in medians)
-    draft_t = sum(m.draft_time_s for m in medians)
-    verify_t = sum(m.verify_time_s for m in medians)
-    rounds = sum(m.rounds for m in runs)
-    drafted = sum(m.drafted for m in runs)
-    pos_d = _sum_by_position([m.position_drafted for m in runs])
-    pos_a = _sum_by_position([m.position_accepted for m in runs])
+    tokens, draft_t, verify_t = median.tokens, median.draft_time, median.verify_time
     return {
         "strategy": strategy,
         "prompts": len(medians),
         "tokens": tokens,
-        "rounds": sum(m.rounds for m in medians),
-        "drafted": sum(m.drafted for m in medians),
-        "accepted": sum(m.accepted for m in medians),
-        "acceptance_rate": sum(m.accepted for m in runs) / drafted if drafted else 0.0,
-        "mean_acceptance_length": sum(m.tokens for m in runs) / rounds if rounds else 0.0,
+        "rounds": median.rounds,
+        "drafted": median.drafted,
+        "accepted": median.accepted,
+        "rejections": median.rejections,
+        "acceptance_rate": every.acceptance_rate,
+        "accept_prob": every.accept_prob,
+        "mean_acceptance_length": every.mean_acceptance_length,
         "tokens_per_second": tokens / elapsed if elapsed else 0.0,
         "elapsed_s": elapsed,
         "draft_time_s": draft_t,
         "verify_time_s": verify_t,
         "other_time_s": max(0.0, elapsed - draft_t - verify_t),
-        "per_position_acceptance": [a / d if d else 0.0 for a, d in zip(pos_a, pos_d, strict=True)],
+        "per_position_acceptance": every.per_position_acceptance,
     }
 
 
 def _costs(metrics: dict[str, Any], base: dict[str, Any] | None, k: int) -> dict[str, float | None]:
-    """speedup, c and v in plain target steps, the bound E(alpha,k)/(k c + v) and the efficiency."""
+    """speedup, c and v in plain target steps, the bound E(α,k)/(k c + v) with α = accept_prob (the
+    per-judged-draft probability E needs; acceptance_rate would understate it) and the efficiency."""
     speedup = (
         metrics["tokens_per_second"] / base["tokens_per_second"]
         if base and base["tokens_per_second"]
@@ -293,13 +314,14 @@ def _costs(metrics: dict[str, Any], base: dict[str, Any] | None, k: int) -> dict
     step = base["elapsed_s"] / base["tokens"]  # seconds per plain target step
     c = metrics["draft_time_s"] / metrics["drafted"] / step if metrics["drafted"] else 0.0
     v = metrics["verify_time_s"] / metrics["rounds"] / step if metrics["rounds"] else 0.0
-    bound = expected_length(metrics["acceptance_rate"], k) / (k * c + v) if k * c + v > 0 else None
+    cost = k * c + v
+    bound = expected_acceptance_length(metrics["accept_prob"], k) / cost if cost > 0 else None
     efficiency = speedup / bound if bound and speedup else None
     return {"speedup": speedup, "c": c, "v": v, "bound": bound, "efficiency": efficiency}
 
 
 def summarize(measurements: list[Measurement], k: int) -> dict[str, dict[str, dict[str, Any]]]:
-    """{category or "overall": {strategy: metrics}} with GUIDE §4 definitions."""
+    """{category or "overall": {strategy: metrics}} with docs/design.md §4 definitions."""
     groups: dict[str, list[Measurement]] = {}
     for m in measurements:
         groups.setdefault(m.category, []).append(m)
@@ -322,14 +344,10 @@ def peak_memory_bytes(device: torch.device) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
-def environment(pair: Any, dtype: str | None, quant: str | None) -> dict[str, Any]:
-    import transformers
-
-    import specli
-
+def environment(pair: Pair, dtype: str | None, quant: str | None) -> dict[str, Any]:
     device = pair.target.device
     return {
-        "specli": specli.__version__,
+        "specli": __version__,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "python": platform.python_version(),
@@ -348,26 +366,21 @@ def environment(pair: Any, dtype: str | None, quant: str | None) -> dict[str, An
 
 def report(
     measurements: list[Measurement],
-    settings: BenchSettings,
+    bench: BenchSettings,
     env: dict[str, Any],
     hf: dict[str, Any] | None,
     skipped: list[str] | None = None,
 ) -> dict[str, Any]:
     """Everything a later comparison needs: settings, environment, summaries, per-prompt runs, errors."""
-    errors = identity_errors(measurements) if settings.temperature == 0 else []
-    runs = []
-    for m in measurements:
-        row = asdict(m)
-        row["output_tokens"] = len(row.pop("output"))
-        runs.append(row)
+    errors = identity_errors(measurements) if bench.settings.greedy else []
     return {
-        "settings": asdict(settings),
+        "settings": bench.to_dict(),
         "environment": env,
-        "summary": summarize(measurements, settings.num_draft_tokens),
+        "summary": summarize(measurements, bench.settings.num_draft_tokens),
         "errors": errors,
         "skipped": skipped or [],
         "transformers": hf,
-        "runs": runs,
+        "runs": [m.to_dict() for m in measurements],
     }
 
 
@@ -375,9 +388,10 @@ def report(
 
 
 def transformers_modes(
-    pair: Any, strategies: Sequence[str], settings: BenchSettings
+    pair: Pair, strategies: Sequence[str], settings: Settings
 ) -> dict[str, dict[str, Any]]:
-    """transformers generate() settings that correspond to specli's strategies (same k, constant schedule)."""
+    """transformers generate() settings that correspond to specli's strategies (same k, constant schedule,
+    the same n-gram size and exit layer)."""
     k = settings.num_draft_tokens
     modes: dict[str, dict[str, Any]] = {"plain": {}}
     if "draft" in strategies and pair.draft_model is not None:
@@ -391,27 +405,27 @@ def transformers_modes(
     if "lookup" in strategies:
         modes["prompt lookup"] = {
             "prompt_lookup_num_tokens": k,
-            "max_matching_ngram_size": settings.ngram_max or 3,
+            "max_matching_ngram_size": settings.ngram_max,
         }
-    if "self" in strategies:
-        from specli.api import default_exit_layer
-
-        layers = pair.target_model.config.num_hidden_layers
-        exit_layer = settings.exit_layer or pair.speculation.exit_layer or default_exit_layer(layers)
-        modes["early exit"] = {"assistant_early_exit": exit_layer, "num_assistant_tokens": k}
+    if "self" in strategies:  # Pair.settings filled the model's default exit layer
+        modes["early exit"] = {"assistant_early_exit": settings.exit_layer, "num_assistant_tokens": k}
     return modes
 
 
 def run_transformers(
-    pair: Any,
+    pair: Pair,
     encoded: list[tuple[BenchPrompt, list[int]]],
     strategies: Sequence[str],
-    settings: BenchSettings,
+    bench: BenchSettings,
 ) -> dict[str, Any]:
-    """tokens/s of transformers' own generate() in each mode over the same prompts (median of repeats)."""
+    """tokens/s of transformers' own generate() in each mode over the same prompts (median of repeats),
+    with the same settings: max_new_tokens, and when sampling temperature, top-k and top-p as set."""
     model = pair.target_model
     device = pair.target.device
-    sample = settings.temperature > 0
+    settings = bench.settings
+    sampling = {}
+    if not settings.greedy:
+        sampling = dict(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p)
     results: dict[str, Any] = {}
     for name, extra in transformers_modes(pair, strategies, settings).items():
         tokens = 0
@@ -420,22 +434,21 @@ def run_transformers(
             for _, prompt_ids in encoded:
                 ids = torch.tensor([prompt_ids], device=device)
                 times = []
-                for repeat in range(max(1, settings.repeats)):
-                    torch.manual_seed(settings.seed + repeat)
+                for repeat in range(max(1, bench.repeats)):
+                    torch.manual_seed(bench.base_seed + repeat)
                     kwargs = dict(
                         attention_mask=torch.ones_like(ids),
                         max_new_tokens=settings.max_new_tokens,
-                        do_sample=sample,
+                        do_sample=not settings.greedy,
                         pad_token_id=pair.tokenizer.pad_token_id or (sorted(pair.eos_ids) or [0])[0],
+                        **sampling,
                         **extra,
                     )
-                    if sample:
-                        kwargs.update(temperature=settings.temperature, top_k=0, top_p=1.0)
-                    _sync(device)
+                    synchronize(device)
                     start = time.perf_counter()
                     with torch.inference_mode():
                         out = model.generate(ids, **kwargs)
-                    _sync(device)
+                    synchronize(device)
                     times.append(time.perf_counter() - start)
                 tokens += out.shape[1] - ids.shape[1]
                 elapsed += statistics.median(times)

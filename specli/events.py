@@ -1,14 +1,20 @@
 """What the engine tells the world: one `Round` per verify step, and `Stats` accumulated from rounds.
 
-Words follow GUIDE §4: drafted, accepted, rejected, correction, bonus; acceptance rate = accepted /
-drafted; mean acceptance length = committed tokens / rounds.
+Words follow docs/design.md §4: drafted, accepted, rejected, correction, bonus. Metrics (all in `Stats`):
+acceptance rate = accepted / drafted (vLLM's and llama.cpp's figure); accept_prob α = accepted /
+(accepted + rejections), the probability that a draft the target judged is kept (drafts after a
+rejection are never judged); mean acceptance length τ = committed tokens / rounds; and the analytic
+E(α, k) = (1 − α^(k+1)) / (1 − α), τ's expectation when each judged draft is kept with probability α.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # events stay importable without torch
+    from specli.verify import Verdict
 
 
 class TokenKind(str, Enum):
@@ -64,6 +70,40 @@ class Round:
     info: dict[str, Any] = field(default_factory=dict)
     token_source: list[tuple[int, float]] = field(default_factory=list)
 
+    @classmethod
+    def from_verdict(
+        cls,
+        verdict: Verdict,
+        *,
+        index: int,
+        committed: list[int],
+        draft_time: float,
+        verify_time: float,
+        elapsed: float,
+        stop: StopReason | None = None,
+        info: dict[str, Any] | None = None,
+    ) -> Round:
+        """The event for one verified round; `committed` is verdict.committed cut at a stop."""
+        return cls(
+            index=index,
+            drafted=verdict.drafted,
+            draft_probs=verdict.draft_probs,
+            target_probs=verdict.target_probs,
+            target_argmax=verdict.target_argmax,
+            accept_probs=verdict.accept_probs,
+            uniforms=verdict.uniforms,
+            accepted=verdict.accepted,
+            token=verdict.token,
+            kind=TokenKind.BONUS if verdict.is_bonus else TokenKind.CORRECTION,
+            committed=committed,
+            draft_time=draft_time,
+            verify_time=verify_time,
+            elapsed=elapsed,
+            stop=stop,
+            info=info or {},
+            token_source=verdict.token_source,
+        )
+
     @property
     def rejected(self) -> list[int]:
         """Drafted tokens discarded this round (empty after a fully accepted draft)."""
@@ -87,13 +127,27 @@ class Round:
         return d
 
 
+def expected_acceptance_length(alpha: float, k: int) -> float:
+    """E(α, k) = (1 − α^(k+1)) / (1 − α) (k + 1 at α = 1): the expected tokens per round of k drafts when
+    each judged draft is kept with probability α independently (Leviathan et al. 2023). α must be the
+    per-judged-draft probability (`Stats.accept_prob`), not accepted / drafted."""
+    if alpha >= 1.0:
+        return float(k + 1)
+    return (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
 @dataclass
 class Stats:
-    """Running totals over rounds; `observe` each round as it arrives."""
+    """Running totals over rounds; `observe` each round as it arrives.
+
+    rejections: rounds that ended in a correction after at least one drafted token; each judged exactly
+    one draft and refused it, so accepted + rejections is the number of drafts the target judged.
+    """
 
     rounds: int = 0
     drafted: int = 0
     accepted: int = 0
+    rejections: int = 0
     tokens: int = 0
     draft_time: float = 0.0
     verify_time: float = 0.0
@@ -106,6 +160,7 @@ class Stats:
         self.rounds += 1
         self.drafted += len(r.drafted)
         self.accepted += r.accepted
+        self.rejections += int(r.accepted < len(r.drafted))  # a correction after >= 1 judged draft
         self.tokens += len(r.committed)
         self.draft_time += r.draft_time
         self.verify_time += r.verify_time
@@ -121,8 +176,16 @@ class Stats:
 
     @property
     def acceptance_rate(self) -> float:
-        """accepted / drafted (0.0 when nothing was drafted)."""
+        """accepted / drafted (0.0 when nothing was drafted), as vLLM and llama.cpp report it. It counts
+        the drafts after a rejection, which the target never judged, as failures: not α."""
         return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def accept_prob(self) -> float:
+        """α = accepted / (accepted + rejections): the probability that a judged draft is kept, the α of
+        E(α, k) and of the speedup bound (0.0 when nothing was judged)."""
+        judged = self.accepted + self.rejections
+        return self.accepted / judged if judged else 0.0
 
     @property
     def mean_acceptance_length(self) -> float:
@@ -144,7 +207,9 @@ class Stats:
             "rounds": self.rounds,
             "drafted": self.drafted,
             "accepted": self.accepted,
+            "rejections": self.rejections,
             "acceptance_rate": self.acceptance_rate,
+            "accept_prob": self.accept_prob,
             "mean_acceptance_length": self.mean_acceptance_length,
             "tokens": self.tokens,
             "tokens_per_second": self.tokens_per_second,

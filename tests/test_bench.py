@@ -5,31 +5,47 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from specli import bench as b
 from specli.cli import app
 from specli.errors import UsageError
+from specli.events import Stats, expected_acceptance_length
+from specli.settings import resolve_settings
 
-SPEC_BENCH = Path(__file__).resolve().parents[2] / "shared" / "data" / "spec_bench" / "question.jsonl"
+SPEC_BENCH = (
+    Path(__file__).resolve().parent / "data" / "spec_bench" / "question.jsonl"
+)  # 13 lines, Apache-2.0
 STRATEGY_KEYS = {
-    "strategy", "tokens", "rounds", "drafted", "accepted", "acceptance_rate", "mean_acceptance_length",
-    "tokens_per_second", "speedup",
+    "strategy", "tokens", "rounds", "drafted", "accepted", "rejections", "acceptance_rate", "accept_prob",
+    "mean_acceptance_length", "tokens_per_second", "speedup", "c", "v", "bound", "efficiency",
+}  # fmt: skip
+SETTINGS_KEYS = {
+    "max_new_tokens", "num_draft_tokens", "temperature", "seed", "repeats", "warmup", "top_k", "top_p",
+    "exit_layer", "ngram_min", "ngram_max",
+}  # fmt: skip
+RUN_KEYS = {
+    "prompt_id", "category", "strategy", "repeat", "tokens", "rounds", "drafted", "accepted", "rejections",
+    "elapsed_s", "draft_time_s", "verify_time_s", "position_drafted", "position_accepted", "output_tokens",
 }  # fmt: skip
 
 
 # --------------------------------------------------------------------------- prompts
 
 
-@pytest.mark.skipif(not SPEC_BENCH.is_file(), reason="the Spec-Bench sample is not beside the repo")
 def test_reads_spec_bench_question_jsonl():
+    """Spec-Bench's own file (a verbatim excerpt): first turns, question ids and all 13 categories."""
     prompts = b.read_prompts(SPEC_BENCH)
     rows = [json.loads(line) for line in SPEC_BENCH.read_text().splitlines() if line.strip()]
-    assert len(prompts) == len(rows)
-    assert prompts[0].text == rows[0]["turns"][0] and prompts[0].id == str(rows[0]["question_id"])
-    assert {p.category for p in prompts} == {r["category"] for r in rows}
+    assert len(prompts) == len(rows) == 13
+    assert [p.text for p in prompts] == [r["turns"][0] for r in rows]
+    assert [p.id for p in prompts] == [str(r["question_id"]) for r in rows]
+    assert [p.category for p in prompts] == [r["category"] for r in rows]
+    assert len({p.category for p in prompts}) == 13 and prompts[0].id == "81"
 
 
 def test_reads_plain_jsonl_and_text(tmp_path):
@@ -77,26 +93,66 @@ def test_select_prompts_filters_limits_and_names_unknown_categories():
 # --------------------------------------------------------------------------- arithmetic
 
 
-def m(strategy, prompt="1", tokens=10, rounds=10, drafted=0, accepted=0, elapsed=1.0, draft=0.0, verify=1.0):
-    return b.Measurement(
-        prompt, "c", strategy, 0, tokens, rounds, drafted, accepted, elapsed, draft, verify,
-        [drafted // max(rounds, 1)], [accepted // max(rounds, 1)], [1] * tokens,
+def m(strategy, prompt="1", tokens=10, rounds=10, drafted=0, accepted=0, rejections=0, elapsed=1.0,
+      draft=0.0, verify=1.0, repeat=0):  # fmt: skip
+    stats = Stats(
+        rounds=rounds, drafted=drafted, accepted=accepted, rejections=rejections, tokens=tokens,
+        draft_time=draft, verify_time=verify, position_drafted=[drafted // max(rounds, 1)],
+        position_accepted=[accepted // max(rounds, 1)],
     )  # fmt: skip
+    return b.Measurement(prompt, "c", strategy, repeat, elapsed, stats, [1] * tokens)
 
 
 def test_summary_speedup_costs_and_bound():
+    """The bound and efficiency use α = accepted / (accepted + rejections), not accepted / drafted."""
     runs = [
         m("none", tokens=100, rounds=100, elapsed=1.0, verify=1.0),
-        m("draft", tokens=100, rounds=25, drafted=100, accepted=75, elapsed=0.5, draft=0.2, verify=0.25),
-    ]
+        m("draft", tokens=100, rounds=25, drafted=100, accepted=75, rejections=15, elapsed=0.5, draft=0.2,
+          verify=0.25),
+    ]  # fmt: skip
     s = b.summarize(runs, k=4)["overall"]
     assert s["none"]["speedup"] == 1.0 and s["draft"]["speedup"] == pytest.approx(2.0)
     assert s["draft"]["acceptance_rate"] == 0.75 and s["draft"]["mean_acceptance_length"] == 4.0
+    assert s["draft"]["rejections"] == 15 and s["draft"]["accept_prob"] == pytest.approx(75 / 90)
     # a plain step costs 0.01 s; a draft token 0.002 s (c = 0.2); a verify 0.01 s (v = 1.0)
     assert s["draft"]["c"] == pytest.approx(0.2) and s["draft"]["v"] == pytest.approx(1.0)
-    bound = b.expected_length(0.75, 4) / (4 * 0.2 + 1.0)
+    bound = expected_acceptance_length(75 / 90, 4) / (4 * 0.2 + 1.0)
     assert s["draft"]["bound"] == pytest.approx(bound)
     assert s["draft"]["efficiency"] == pytest.approx(2.0 / bound)
+
+
+def test_summary_takes_speed_from_median_runs_and_acceptance_from_all():
+    runs = [
+        m("none", tokens=100, rounds=100, elapsed=1.0, repeat=0),
+        m("none", tokens=100, rounds=100, elapsed=3.0, repeat=1),
+        m("none", tokens=100, rounds=100, elapsed=2.0, repeat=2),
+        m("draft", tokens=100, rounds=25, drafted=100, accepted=60, rejections=20, elapsed=0.5, repeat=0),
+        m("draft", tokens=100, rounds=50, drafted=200, accepted=80, rejections=40, elapsed=0.9, repeat=1),
+    ]
+    s = b.summarize(runs, k=4)["overall"]
+    assert s["none"]["tokens_per_second"] == pytest.approx(50.0)  # the median run: 2 s
+    assert s["draft"]["tokens_per_second"] == pytest.approx(200.0)  # the lower median of two: 0.5 s
+    assert s["draft"]["acceptance_rate"] == pytest.approx(140 / 300)
+    assert s["draft"]["accept_prob"] == pytest.approx(140 / 200)
+    assert s["draft"]["mean_acceptance_length"] == pytest.approx(200 / 75)
+
+
+def test_report_settings_and_runs_keep_their_flat_keys():
+    settings = resolve_settings(max_new_tokens=12, num_draft_tokens=3, temperature=0.5, top_k=7, seed=4)
+    bench = b.BenchSettings(settings, repeats=2, warmup=0)
+    runs = [m("none"), m("draft", drafted=8, accepted=5, rejections=2)]
+    data = b.report(runs, bench, {}, None)
+    assert set(data) == {"settings", "environment", "summary", "errors", "skipped", "transformers", "runs"}
+    assert set(data["settings"]) == SETTINGS_KEYS
+    assert data["settings"] | {"repeats": 2, "warmup": 0} == data["settings"]
+    assert (data["settings"]["seed"], data["settings"]["top_k"], data["settings"]["temperature"]) == (
+        4,
+        7,
+        0.5,
+    )
+    assert all(set(row) == RUN_KEYS for row in data["runs"])
+    assert data["runs"][1]["rejections"] == 2 and data["runs"][1]["output_tokens"] == 10
+    assert b.BenchSettings(resolve_settings()).to_dict()["seed"] == 0  # repeat r runs seed 0 + r
 
 
 def test_identity_errors_report_the_first_differing_token():
@@ -140,14 +196,22 @@ def bench_json(tiny_pair, tmp_path_factory):
 def test_bench_json_is_consistent(bench_json):
     data, _, _ = bench_json
     assert data["errors"] == []
+    k = data["settings"]["num_draft_tokens"]
     for category, per in data["summary"].items():
         assert set(per) == {"none", "draft", "lookup", "self"}, category
         for _name, s in per.items():
             assert set(s) >= STRATEGY_KEYS
             assert s["accepted"] <= s["drafted"]
+            assert s["accepted"] + s["rejections"] <= s["drafted"]
+            assert s["acceptance_rate"] <= s["accept_prob"]
             assert s["mean_acceptance_length"] * (s["rounds"]) == pytest.approx(s["tokens"], rel=1e-9)
+            if s["bound"] is not None:
+                cost = k * s["c"] + s["v"]
+                assert s["bound"] == pytest.approx(expected_acceptance_length(s["accept_prob"], k) / cost)
         assert per["none"]["speedup"] == 1.0
+    assert set(data["settings"]) == SETTINGS_KEYS
     runs = data["runs"]
+    assert all(set(row) == RUN_KEYS for row in runs)
     assert len(runs) == 4 * 2 * 4  # strategies x repeats x prompts that fit
     assert len(data["skipped"]) == 1 and "prompt 5" in data["skipped"][0]
     env = data["environment"]
@@ -159,6 +223,7 @@ def test_bench_prints_a_table_per_category(bench_json):
     _, stdout, _ = bench_json
     for title in ("completion", "editing", "overall"):
         assert title in stdout
+    assert "acc. rate" in stdout and "α" in stdout and "accepted/(accepted + rejections)" in stdout
 
 
 def test_bench_off_a_terminal_says_how_far_it_is(bench_json):
@@ -170,7 +235,7 @@ def test_bench_off_a_terminal_says_how_far_it_is(bench_json):
 
 def test_bench_reports_a_lossy_strategy_as_an_error(tiny_pair, monkeypatch):
     """If verification were wrong, the greedy identity check must catch it and fail the run."""
-    import specli.engine as engine
+    import specli.verify as verify
     from specli.verify import Verdict
 
     def accept_everything(draft_ids, logits):
@@ -178,7 +243,7 @@ def test_bench_reports_a_lossy_strategy_as_an_error(tiny_pair, monkeypatch):
         drafted = draft_ids.tolist()
         return Verdict(k, int(logits[k].argmax()), drafted, [1.0] * k, [], target_argmax=[0] * (k + 1))
 
-    monkeypatch.setattr(engine, "verify_greedy", accept_everything)
+    monkeypatch.setattr(verify, "verify_greedy", accept_everything)  # what verify() calls when greedy
     target, draft = tiny_pair
     result = CliRunner().invoke(
         app,
@@ -205,3 +270,39 @@ def test_compare_hf_times_transformers_modes(tiny_pair, tmp_path):
     for mode in ("plain", "assisted", "prompt lookup"):
         assert hf[mode]["tokens"] > 0 and hf[mode]["tokens_per_second"] > 0, hf[mode]
     assert "specli / transformers" in result.stdout
+
+
+def test_transformers_comparison_uses_the_same_settings():
+    """Sampling settings reach transformers' generate() as set (no forced top-k/top-p), with the bench's
+    k, n-gram size and the exit layer Settings holds."""
+    calls = []
+
+    def generate(ids, **kwargs):
+        calls.append(kwargs)
+        return torch.cat([ids, torch.zeros(1, kwargs["max_new_tokens"], dtype=ids.dtype)], dim=1)
+
+    pair = SimpleNamespace(
+        target_model=SimpleNamespace(generate=generate), target=SimpleNamespace(device=torch.device("cpu")),
+        draft_model=object(), tokenizer=SimpleNamespace(pad_token_id=0), eos_ids={0},
+    )  # fmt: skip
+    settings = resolve_settings(
+        max_new_tokens=6, num_draft_tokens=3, temperature=0.7, top_k=20, top_p=0.9, ngram_max=2, exit_layer=2
+    )
+    bench = b.BenchSettings(settings, repeats=1, warmup=0)
+    hf = b.run_transformers(
+        pair, [(b.BenchPrompt("1", "c", "x"), [5, 6])], ["draft", "lookup", "self"], bench
+    )
+    assert set(hf) == {"plain", "assisted", "assisted (transformers defaults)", "prompt lookup", "early exit"}
+    assert all(hf[mode]["tokens"] == 6 for mode in hf), hf
+    for kwargs in calls:
+        assert kwargs["do_sample"] is True and kwargs["max_new_tokens"] == 6
+        assert (kwargs["temperature"], kwargs["top_k"], kwargs["top_p"]) == (0.7, 20, 0.9)
+    by_mode = dict(zip(hf, calls, strict=True))
+    assert by_mode["assisted"]["num_assistant_tokens"] == 3
+    assert by_mode["prompt lookup"]["max_matching_ngram_size"] == 2
+    assert by_mode["early exit"]["assistant_early_exit"] == 2
+    calls.clear()
+    b.run_transformers(
+        pair, [(b.BenchPrompt("1", "c", "x"), [5, 6])], [], b.BenchSettings(settings.replace(temperature=0))
+    )
+    assert calls[0]["do_sample"] is False and "top_k" not in calls[0]

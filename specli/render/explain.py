@@ -10,18 +10,11 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from specli.events import Round, Stats, TokenKind
+from specli.events import Round, Stats, TokenKind, expected_acceptance_length
 from specli.render.styles import KIND_STYLES, visible
 from specli.text import IncrementalDecoder
 
 CONTEXT_CHARS = 80
-
-
-def expected_acceptance_length(alpha: float, k: int) -> float:
-    """E = (1 - alpha^(k+1)) / (1 - alpha): tokens per round when each draft is kept with prob. alpha."""
-    if alpha >= 1.0:
-        return float(k + 1)
-    return (1 - alpha ** (k + 1)) / (1 - alpha)
 
 
 def prob(value: float) -> str:
@@ -184,9 +177,16 @@ class ExplainView:
             f"rounds {s.rounds} · tokens {s.tokens} · mean acceptance length {s.mean_acceptance_length:.2f}"
         ]
         if s.drafted:
-            alpha = s.acceptance_rate
+            alpha = s.accept_prob
             expected = expected_acceptance_length(alpha, self.k)
-            lines.append(f"acceptance rate α = {s.accepted}/{s.drafted} = {alpha:.3f}")
+            judged = s.accepted + s.rejections
+            lines.append(
+                f"acceptance rate = accepted / drafted = {s.accepted}/{s.drafted} = {s.acceptance_rate:.3f}"
+            )
+            lines.append(
+                f"α = accepted / (accepted + rejections) = {s.accepted}/{judged} = {alpha:.3f}: the "
+                "probability that a draft the target judged is kept (drafts after a rejection are not judged)"
+            )
             lines.append(
                 f"analytic E = (1 − α^(k+1)) / (1 − α) = {expected:.2f} tokens per round at k = {self.k}, "
                 f"observed {s.mean_acceptance_length:.2f}"

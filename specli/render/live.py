@@ -10,6 +10,7 @@ from rich.live import Live
 from rich.text import Text
 
 from specli.events import Round, Stats, TokenKind
+from specli.render.plain import strategy_label
 from specli.render.styles import KIND_STYLES, legend, visible
 from specli.text import IncrementalDecoder, continuation_text
 
@@ -61,7 +62,7 @@ class TokenView:
 
     def status(self) -> Text:
         s, r = self.stats, self.last
-        parts = [f"{self.strategy}" + (f" k={self.k}" if self.k and self.strategy != "none" else "")]
+        parts = [strategy_label(self.strategy, self.k)]
         parts.append(f"round {s.rounds}")
         if r is not None and self.strategy != "none":
             parts.append(f"drafted {len(r.drafted)} accepted {r.accepted}")

@@ -8,10 +8,14 @@ from specli.events import Round, Stats
 from specli.text import IncrementalDecoder
 
 
+def strategy_label(strategy: str, k: int | None = None) -> str:
+    """The views' header: the strategy, and k when it drafts, e.g. "draft k=4" or "none"."""
+    return strategy + (f" k={k}" if k and strategy != "none" else "")
+
+
 def summary_line(stats: Stats, strategy: str, k: int | None = None) -> str:
     """One line: rounds, acceptance rate, mean acceptance length, tokens/s."""
-    head = f"{strategy}" + (f" k={k}" if k and strategy != "none" else "")
-    parts = [head, f"{stats.rounds} rounds"]
+    parts = [strategy_label(strategy, k), f"{stats.rounds} rounds"]
     if stats.drafted:
         parts += [
             f"acceptance {stats.acceptance_rate:.1%} ({stats.accepted}/{stats.drafted})",
