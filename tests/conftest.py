@@ -1,4 +1,4 @@
-"""Tiny models and tokenizers built by the tests themselves (GUIDE §6): random weights, small vocab.
+"""Tiny models and tokenizers built by the tests themselves (docs/design.md §6): random weights, small vocab.
 
 Everything is saved with `save_pretrained` so tests load through the same path users hit.
 """

@@ -174,9 +174,8 @@ def test_generate_json_stats_keys(full_run):
 def test_max_new_tokens_is_never_exceeded(tiny_pair, full_run):
     data = run_json(PROMPT, *pair_args(tiny_pair), "--max-new-tokens", "7")
     tokens = data["token_ids"]
-    assert len(tokens) <= 7
-    assert len(tokens) == 7 or data["stats"]["stop_reason"] == "eos"
-    assert tokens == full_run["token_ids"][: len(tokens)]
+    assert tokens == full_run["token_ids"][:7]  # the same run cut at 7 (or at an EOS before that)
+    assert data["stats"]["stop_reason"] == ("max_new_tokens" if len(tokens) == 7 else "eos")
     check_consistent(data)
 
 
@@ -274,9 +273,20 @@ def assert_user_error(result, exit_code: int, *needles: str) -> str:
         (["--strategy", "speculate"], "speculate"),
     ],
 )
-def test_bad_values_are_usage_errors(tiny_pair, args, needle):
-    """Checked before any model loads; the value is named."""
+def test_bad_values_are_usage_errors(tiny_pair, args, needle, monkeypatch):
+    """Checked before any model loads (loading weights fails this test); the value is named."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    loads = []
+
+    def refuse(*args, **kwargs):
+        loads.append(args)
+        raise AssertionError("a model or tokenizer was loaded before the settings were checked")
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", refuse)
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", refuse)
     assert_user_error(invoke("generate", "hi", *pair_args(tiny_pair), *args), 2, needle)
+    assert loads == []
 
 
 @pytest.mark.parametrize(

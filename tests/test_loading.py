@@ -337,6 +337,7 @@ def test_different_tokenizers_are_refused(tokenizer):
         loading.check_tokenizers(tokenizer, other, "org/target-x", "org/draft-y")
     message = str(info.value)
     assert "'org/target-x'" in message and "'org/draft-y'" in message and "--strategy lookup" in message
+    assert "--strategy self" in message and "planned" not in message
 
 
 def test_extra_added_token_is_a_difference(tmp_path, tokenizer):

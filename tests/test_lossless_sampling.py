@@ -95,7 +95,7 @@ def g_test_pvalue(observed: torch.Tensor, probs: torch.Tensor) -> float:
 
 
 class GreedyDraftReportingSoftmax(DraftModelDrafter):
-    """The classic bug (GUIDE §3): draft the argmax but report the softmax distribution as q."""
+    """The classic bug (docs/design.md §3.3): draft the argmax but report the softmax distribution as q."""
 
     def propose(self, k, sampling, generator):
         ids, qs = [], []
@@ -133,3 +133,43 @@ def test_control_biased_sampler_fails_the_same_test(models):
     exact = exact_joint(target, cfg)
     observed, _ = empirical_joint(target, GreedyDraftReportingSoftmax(CachedLM(draft), V), cfg)
     assert g_test_pvalue(observed, exact) < 1e-6
+
+
+# --------------------------------------------------------------------------- a first round of k >= 2
+
+RUNS_K2 = 1500
+
+
+@torch.no_grad()
+def exact_joint3(target, cfg: SamplingConfig, prompt: list[int] = PROMPT) -> torch.Tensor:
+    """P(t1, t2, t3) [V, V, V] after prompt, by enumeration with transformers' warpers."""
+    w = warpers(cfg)
+
+    def dists(prefixes: list[list[int]]) -> torch.Tensor:  # [n, V]
+        ids = torch.tensor(prefixes)
+        return w(ids, target(ids).logits[:, -1].float()).softmax(-1)
+
+    first = dists([prompt])[0]  # [V]
+    second = dists([prompt + [a] for a in range(V)])  # [V, V]
+    third = dists([prompt + [a, b] for a in range(V) for b in range(V)]).reshape(V, V, V)
+    return first[:, None, None] * second[:, :, None] * third
+
+
+def test_first_three_tokens_follow_the_target_when_the_first_round_drafts_two(models):
+    """max_new_tokens=3 and k=3: the engine caps the first round at k=2, so a draft's second position is
+    judged (its own uniform, its own residual) before anything else is committed."""
+    target, draft = models
+    cfg = SamplingConfig(1.0)
+    exact = exact_joint3(target, cfg)
+    lm, drafter = CachedLM(target), DraftModelDrafter(CachedLM(draft), V)
+    counts = torch.zeros(V, V, V)
+    first_round = torch.zeros(3)  # how many drafts the first round kept: 0, 1 or 2
+    for seed in range(RUNS_K2):
+        config = EngineConfig(max_new_tokens=3, num_draft_tokens=3, sampling=cfg, seed=seed)
+        rounds = list(generate_rounds(lm, drafter, PROMPT, config, StopCriteria(set())))
+        assert len(rounds[0].drafted) == 2
+        first_round[rounds[0].accepted] += 1
+        tokens = [t for r in rounds for t in r.committed]
+        counts[tokens[0], tokens[1], tokens[2]] += 1
+    assert first_round.min() > RUNS_K2 / 10, first_round  # rejections at both positions, and full accepts
+    assert g_test_pvalue(counts, exact) > 1e-3

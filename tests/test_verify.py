@@ -1,9 +1,10 @@
-"""Verification on hand-made distributions (GUIDE §3)."""
+"""Verification on hand-made distributions (docs/design.md §3.3)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from scipy.stats import power_divergence
 
 from specli.verify import acceptance_probabilities, residual_distribution, verify_greedy, verify_sampling
 
@@ -94,3 +95,95 @@ def test_plain_sampling_step_draws_from_p():
         torch.empty(0, dtype=torch.long), torch.empty(0, 3), p, torch.Generator().manual_seed(0)
     )
     assert (v.accepted, v.token, v.is_bonus) == (0, 2, True)
+
+
+# --------------------------------------------------------------------------- k >= 2 (GUIDE §3)
+# Hand-made p, q for k = 3 where every position differs: position i's residual normalize(max(0, p_i - q_i))
+# is far from normalize(max(0, p_i - q_0)), and the acceptance probabilities are moderate, so a residual
+# taken from the wrong position, or one uniform shared by all positions, shows in the frequencies.
+
+P3 = torch.tensor(
+    [
+        [0.10, 0.20, 0.30, 0.40],
+        [0.40, 0.30, 0.20, 0.10],
+        [0.25, 0.25, 0.25, 0.25],
+        [0.10, 0.10, 0.10, 0.70],  # the bonus position
+    ]
+)
+Q3 = torch.tensor(
+    [
+        [0.40, 0.30, 0.20, 0.10],
+        [0.10, 0.20, 0.30, 0.40],
+        [0.70, 0.10, 0.10, 0.10],
+    ]
+)
+RESIDUALS = torch.tensor(  # normalize(max(0, P3[i] - Q3[i])), by hand
+    [
+        [0.0, 0.0, 0.25, 0.75],
+        [0.75, 0.25, 0.0, 0.0],
+        [0.0, 1 / 3, 1 / 3, 1 / 3],
+    ]
+)
+
+
+def g_pvalue(counts: list[int] | torch.Tensor, probs: torch.Tensor) -> float:
+    """G-test p-value of observed counts against exact probabilities; impossible cells must stay empty."""
+    counts = torch.as_tensor(counts, dtype=torch.float64)
+    probs = probs.to(torch.float64)
+    possible = probs > 0
+    assert counts[~possible].sum() == 0, f"an impossible outcome occurred: {counts.tolist()}"
+    observed, expected = counts[possible], probs[possible] / probs[possible].sum() * counts.sum()
+    return float(power_divergence(observed.numpy(), expected.numpy(), lambda_="log-likelihood").pvalue)
+
+
+def acceptance_length_probs(beta: list[float]) -> torch.Tensor:
+    """P(accepted = j), j = 0..k, when position i is accepted independently with probability beta[i]."""
+    out, alive = [], 1.0
+    for b in beta:
+        out.append(alive * (1 - b))
+        alive *= b
+    return torch.tensor(out + [alive])
+
+
+def test_residuals_by_hand():
+    torch.testing.assert_close(residual_distribution(P3[:3], Q3), RESIDUALS)
+
+
+def test_fixed_draft_of_three_accepts_with_the_product_of_independent_chances():
+    """Drafts [1, 2, 0]: min(1, p/q) = 2/3, 2/3, 5/14 at the three positions, each judged with its own
+    uniform. Exact P(accepted = j) vs the counts over many draws (a shared uniform gives P(1) = 0)."""
+    draft = torch.tensor([1, 2, 0])
+    accept = [0.2 / 0.3, 0.2 / 0.3, 0.25 / 0.7]
+    g = torch.Generator().manual_seed(11)
+    n, counts = 6000, [0] * 4
+    for _ in range(n):
+        v = verify_sampling(draft, Q3, P3, g)
+        counts[v.accepted] += 1
+        assert v.accept_probs == pytest.approx(accept)
+        assert len(set(v.uniforms)) == 3  # one uniform per position
+    exact = acceptance_length_probs(accept)
+    assert g_pvalue(counts, exact) > 1e-3, (counts, (exact * n).tolist())
+
+
+def test_k3_acceptance_lengths_corrections_and_bonus_follow_the_exact_distributions():
+    """Drafts drawn from Q3 row by row, many rounds. Exact laws:
+    accepted = j with prod_{i<j} beta_i * (1 - beta_j), beta_i = sum_x min(p_i(x), q_i(x));
+    the correction after j accepted drafts ~ position j's residual; the bonus ~ p_3; and the first
+    committed token ~ p_0 (the output is the target's)."""
+    beta = torch.minimum(P3[:3], Q3).sum(-1).tolist()  # [0.6, 0.6, 0.55]
+    g, draw = torch.Generator().manual_seed(12), torch.Generator().manual_seed(13)
+    n = 16000
+    lengths = [0] * 4
+    tokens = torch.zeros(4, 4)  # [accepted, token]
+    first = torch.zeros(4)
+    for _ in range(n):
+        draft = torch.multinomial(Q3, 1, generator=draw).squeeze(-1)  # [3], row i from q_i
+        v = verify_sampling(draft, Q3, P3, g)
+        lengths[v.accepted] += 1
+        tokens[v.accepted, v.token] += 1
+        first[v.drafted[0] if v.accepted else v.token] += 1
+    assert g_pvalue(lengths, acceptance_length_probs(beta)) > 1e-3, lengths
+    for j in range(3):  # the correction at position j comes from position j's residual
+        assert g_pvalue(tokens[j], RESIDUALS[j]) > 1e-3, (j, tokens[j].tolist())
+    assert g_pvalue(tokens[3], P3[3]) > 1e-3, tokens[3].tolist()
+    assert g_pvalue(first, P3[0]) > 1e-3, first.tolist()
