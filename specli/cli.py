@@ -127,12 +127,19 @@ PresetOpt = Annotated[
     typer.Option(help="Preset name or YAML path (see `specli presets list`); default: tiny (embedded)."),
 ]
 TargetOpt = Annotated[str | None, typer.Option(help="Target model: local folder or hub id.")]
-DraftOpt = Annotated[str | None, typer.Option(help="Drafter model sharing the target's tokenizer.")]
+DraftOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Drafter model sharing the target's tokenizer; with --strategy eagle, the EAGLE head "
+        "(a folder, hub id or embedded:tiny-eagle3)."
+    ),
+]
 StrategyOpt = Annotated[
     str | None,
     typer.Option(
         help="draft (a drafter model), lookup (n-grams of prompt + output), self (the target's first "
-        "layers draft) or none (plain decoding). Default: the preset's."
+        "layers draft), eagle (an EAGLE head on the target's hidden states) or none (plain decoding). "
+        "Default: the preset's."
     ),
 ]
 ExitLayerOpt = Annotated[
@@ -188,6 +195,7 @@ class ModelOptions:
     target: str | None = None
     draft: str | None = None
     strategy: str | None = None
+    also: tuple[str, ...] = ()  # more strategies to load for (bench): their models load too
     device: str = "auto"
     dtype: str | None = None
     quant: str | None = None
@@ -221,7 +229,8 @@ def _load(models: ModelOptions, options: GenerationOptions) -> tuple[Pair, Setti
     spinner, then the settings again as the loaded pair completes them (exit layer, drafter)."""
     from specli.api import check_model_options, load, preset_for
 
-    preset = preset_for(models.preset, target=models.target, draft=models.draft, strategy=models.strategy)
+    strategies = [s for s in (models.strategy, *models.also) if s]
+    preset = preset_for(models.preset, target=models.target, draft=models.draft, strategy=strategies or None)
     resolve_settings(preset, strategy=models.strategy, **options.overrides())
     check_model_options(device=models.device, dtype=models.dtype, quant=models.quant)
     _quiet_transformers()
@@ -230,7 +239,7 @@ def _load(models: ModelOptions, options: GenerationOptions) -> tuple[Pair, Setti
             preset,
             target=models.target,
             draft=models.draft,
-            strategy=models.strategy,
+            strategy=(models.strategy, *models.also) if models.also else models.strategy,
             device=models.device,
             dtype=models.dtype,
             quant=models.quant,
@@ -527,7 +536,7 @@ def bench(
         loaded = b.read_prompts(source) if source else None
         models = ModelOptions(
             preset=preset, target=target, draft=draft,
-            strategy=("draft" if "draft" in strategies else strategies[0]) if strategies else None,
+            strategy=strategies[0] if strategies else None, also=tuple(strategies[1:]),
             device=device, dtype=dtype, quant=quant, allow_pickle=allow_pickle,
             trust_remote_code=trust_remote_code,
         )  # fmt: skip
