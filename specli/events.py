@@ -158,8 +158,9 @@ class Stats:
 
     def observe(self, r: Round) -> None:
         self.rounds += 1
+        kept = min(r.accepted, len(r.committed))  # drafts a stop (EOS, stop string) cut off were not kept
         self.drafted += len(r.drafted)
-        self.accepted += r.accepted
+        self.accepted += kept
         self.rejections += int(r.accepted < len(r.drafted))  # a correction after >= 1 judged draft
         self.tokens += len(r.committed)
         self.draft_time += r.draft_time
@@ -172,7 +173,7 @@ class Stats:
             self.position_accepted += [0] * grow
         for i in range(len(r.drafted)):
             self.position_drafted[i] += 1
-            self.position_accepted[i] += i < r.accepted
+            self.position_accepted[i] += i < kept
 
     @property
     def acceptance_rate(self) -> float:

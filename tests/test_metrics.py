@@ -13,7 +13,7 @@ import torch
 
 from specli.drafters.base import Proposal
 from specli.engine import EngineConfig, generate_rounds
-from specli.events import Round, Stats, TokenKind, expected_acceptance_length
+from specli.events import Round, Stats, StopReason, TokenKind, expected_acceptance_length
 from specli.sampling import SamplingConfig
 from specli.stopping import StopCriteria
 
@@ -165,3 +165,16 @@ def test_stats_of_a_real_generation(tiny_pair):
     stats = result.to_dict()["stats"]
     assert stats["rejections"] == s.rejections and stats["accept_prob"] == s.accept_prob
     assert stats["acceptance_rate"] == s.acceptance_rate
+
+
+def test_drafts_cut_off_by_a_stop_are_not_counted_as_accepted():
+    """A final round whose 3 accepted drafts were cut after the first by a stop string keeps 1 draft."""
+    cut = Round(
+        index=0, drafted=[5, 6, 7], draft_probs=[1.0] * 3, target_probs=[], target_argmax=[5, 6, 7, 8],
+        accept_probs=[1.0] * 3, uniforms=[], accepted=3, token=8, kind=TokenKind.BONUS, committed=[5],
+        draft_time=0.0, verify_time=0.0, elapsed=0.0, stop=StopReason.STOP_STRING,
+    )  # fmt: skip
+    stats = Stats()
+    stats.observe(cut)
+    assert (stats.accepted, stats.drafted, stats.tokens) == (1, 3, 1)
+    assert stats.position_accepted == [1, 0, 0]
