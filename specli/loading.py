@@ -32,6 +32,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
 
 from specli.errors import ModelLoadError, SpecliError, UsageError
 from specli.model_dirs import EMBEDDED_PREFIX as EMBEDDED_PREFIX  # model_dirs: torch-free, re-exported
+from specli.model_dirs import config_max_positions
 from specli.model_dirs import embedded_dir as embedded_dir
 from specli.model_dirs import embedded_model as embedded_model
 from specli.model_dirs import embedded_names as embedded_names
@@ -165,43 +166,132 @@ def hub_cache_dir() -> str | None:
     return None
 
 
+def _offline_variable() -> str:
+    """The variable that switched the hub off, for messages: HF_HUB_OFFLINE, or TRANSFORMERS_OFFLINE alone."""
+    if _env_true("TRANSFORMERS_OFFLINE") and not (_env_true("HF_HUB_OFFLINE") or constants.is_offline_mode()):
+        return "TRANSFORMERS_OFFLINE"
+    return "HF_HUB_OFFLINE"
+
+
+def _shown_cache_dir() -> str:
+    return hub_cache_dir() or constants.HF_HUB_CACHE
+
+
+def _has_token() -> bool:
+    """Whether a Hugging Face token is configured (HF_TOKEN or `hf auth login`); never shown."""
+    try:
+        return bool(huggingface_hub.get_token())
+    except Exception:  # an unreadable token file: as good as none
+        return False
+
+
+def _network_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean "the Hub could not be reached", across the HTTP libraries huggingface_hub used."""
+    found: list[type[BaseException]] = [ConnectionError, TimeoutError]  # OfflineModeIsEnabled is one too
+    for module, names in (("httpx2", ("TransportError",)), ("httpx", ("TransportError",))):
+        try:
+            lib = __import__(module)
+        except ImportError:
+            continue
+        found += [getattr(lib, name) for name in names if isinstance(getattr(lib, name, None), type)]
+    try:
+        import requests
+
+        found += [requests.ConnectionError, requests.Timeout]
+    except ImportError:
+        pass
+    return tuple(found)
+
+
+def _status(err: BaseException) -> int | None:
+    response = getattr(err, "response", None)
+    return getattr(response, "status_code", None) if response is not None else None
+
+
+LOCAL_FOLDER = "or pass a local folder"
+
+
 def _hub_error(model: str, err: Exception, offline: bool) -> ModelLoadError:
-    """Translate a huggingface_hub failure into a message the user can act on."""
+    """Translate a huggingface_hub failure into what happened and one thing to do about it.
+
+    Every hint ends with the other way out: a local folder. Hints never contradict the message: a model
+    that is not in the cache is never told to use the cache.
+    """
     url = f"https://huggingface.co/{model}"
     if isinstance(err, GatedRepoError):
+        if _has_token():
+            return ModelLoadError(
+                f"'{model}' is a gated repo and your Hugging Face token has no access to it",
+                f"request access at {url} (with the account of HF_TOKEN), {LOCAL_FOLDER}",
+            )
         return ModelLoadError(
-            f"'{model}' is a gated repo and this token has no access to it",
-            f"request access at {url} and set HF_TOKEN (or run `hf auth login`)",
+            f"'{model}' is a gated repo: it needs a Hugging Face token with access",
+            f"request access at {url}, then set HF_TOKEN (or run `hf auth login`); {LOCAL_FOLDER}",
         )
     if isinstance(err, RepositoryNotFoundError):
         return ModelLoadError(
             f"'{model}' was not found on the Hugging Face Hub (and is not a local folder)",
-            "check the spelling; if the repo is private, set HF_TOKEN",
+            f"check the spelling (a private repo also needs HF_TOKEN), {LOCAL_FOLDER}",
         )
     if isinstance(err, RevisionNotFoundError):
-        return ModelLoadError(f"'{model}': the requested revision does not exist", f"see {url}")
-    if isinstance(err, DisabledRepoError):
-        return ModelLoadError(f"'{model}' has been disabled on the Hugging Face Hub", f"see {url}")
-    if isinstance(err, IncompleteSnapshotError):
         return ModelLoadError(
-            f"the cached copy of '{model}' is incomplete and the Hub cannot be reached",
-            "download it again with network access (unset HF_HUB_OFFLINE)",
+            f"'{model}': the requested revision does not exist", f"see the revisions at {url}, {LOCAL_FOLDER}"
+        )
+    if isinstance(err, DisabledRepoError):
+        return ModelLoadError(
+            f"'{model}' has been disabled on the Hugging Face Hub", f"pick another model, {LOCAL_FOLDER}"
         )
     cause = err.__cause__ if isinstance(err, LocalEntryNotFoundError) and err.__cause__ else err
     if offline or isinstance(cause, OfflineModeIsEnabled):
+        variable = _offline_variable()
+        if isinstance(err, IncompleteSnapshotError):
+            return ModelLoadError(
+                f"the cached copy of '{model}' is incomplete ({variable} is set)",
+                f"unset {variable} so the download can finish, {LOCAL_FOLDER}",
+            )
         return ModelLoadError(
-            f"'{model}' is not in the local hub cache (HF_HUB_OFFLINE is set)",
-            "download it once with network, or pass a local folder",
+            f"'{model}' is not in the local hub cache ({variable} is set)",
+            f"unset {variable} to download it into {_shown_cache_dir()}, {LOCAL_FOLDER}",
         )
-    if isinstance(cause, HfHubHTTPError) and cause.response is not None and cause.response.status_code == 401:
+    status = _status(cause) if isinstance(cause, HfHubHTTPError) else None
+    if isinstance(err, IncompleteSnapshotError):
+        reason = f"HTTP {status}" if status else type(cause).__name__
+        return ModelLoadError(
+            f"the cached copy of '{model}' is incomplete and the Hugging Face Hub could not be reached "
+            f"({reason})",
+            f"check your connection and run again to finish the download, {LOCAL_FOLDER}",
+        )
+    # LocalEntryNotFoundError: huggingface_hub looked in the cache after the Hub failed, and found nothing.
+    uncached = " and it is not in the local cache" if isinstance(err, LocalEntryNotFoundError) else ""
+    if status == 401:
         return ModelLoadError(
             f"the Hugging Face Hub refused access to '{model}' (401: bad or missing token)",
-            "set HF_TOKEN to a valid token (or run `hf auth login`)",
+            f"set HF_TOKEN to a valid token (or run `hf auth login`), {LOCAL_FOLDER}",
+        )
+    if status == 429:
+        return ModelLoadError(
+            f"the Hugging Face Hub is rate-limiting requests (429) for '{model}'{uncached}",
+            f"wait a minute and run again (a HF_TOKEN raises the limit), {LOCAL_FOLDER}",
+        )
+    if status is not None:
+        return ModelLoadError(
+            f"the Hugging Face Hub answered HTTP {status} for '{model}'{uncached}",
+            f"try again later, {LOCAL_FOLDER}",
+        )
+    if isinstance(cause, _network_errors()):
+        return ModelLoadError(
+            f"could not reach the Hugging Face Hub to fetch '{model}' ({type(cause).__name__}){uncached}",
+            f"check your connection (or proxy) and run again, {LOCAL_FOLDER}",
+        )
+    if isinstance(cause, OSError) and not isinstance(cause, (LocalEntryNotFoundError, HfHubHTTPError)):
+        detail = cause.strerror or _first_line(cause)
+        return ModelLoadError(
+            f"could not store '{model}' in the hub cache {_shown_cache_dir()}: {detail}",
+            f"free some space or set HF_HUB_CACHE to a writable folder, {LOCAL_FOLDER}",
         )
     return ModelLoadError(
-        f"could not reach the Hugging Face Hub to fetch '{model}' "
-        f"({type(cause).__name__}) and it is not in the local cache",
-        "check your connection, or set HF_HUB_OFFLINE=1 to use the cache",
+        f"could not fetch '{model}' from the Hugging Face Hub: {type(cause).__name__}: {_first_line(cause)}",
+        f"run again, {LOCAL_FOLDER}",
     )
 
 
@@ -227,6 +317,7 @@ def resolve_source(
         return embedded_model(model[len(EMBEDDED_PREFIX) :])
     expanded = Path(os.path.expanduser(model))
     if expanded.is_dir():
+        check_model_folder(expanded, model)
         return expanded
     if expanded.exists():
         raise ModelLoadError(
@@ -267,19 +358,38 @@ def resolve_source(
         ) from err
     except Exception as err:  # HTTP, cache and connection errors; mapped to one message each
         raise _hub_error(model, err, offline) from err
+    if not weights:  # the configs-first fetch: a repo without config.json stops before any weights move
+        check_model_folder(Path(folder), model, hub=True)
     return Path(folder)
 
 
 # --------------------------------------------------------------------------- checks and loading
 
 
+def check_model_folder(folder: Path, name: str | None = None, *, hub: bool = False) -> None:
+    """Refuse a folder without config.json before anything reads it (the tokenizer loader's own message
+    for such a folder is cut mid-sentence). Names model folders one level down, if any; hub: the folder is
+    a hub repo's snapshot and `name` its id."""
+    if (folder / "config.json").is_file():
+        return
+    label = name or str(folder)
+    try:
+        inside = sorted(p.name for p in folder.iterdir() if (p / "config.json").is_file())
+    except OSError:
+        inside = []
+    if hub:
+        hint = "the repo holds no transformers model (GGUF is not read): pass a model's hub id or a folder"
+    elif inside:
+        shown = ", ".join(str(Path(label) / n) for n in inside[:3]) + (" ..." if len(inside) > 3 else "")
+        hint = f"model folders inside it: {shown}"
+    else:
+        hint = "pass the folder that holds config.json and the weights, or a hub id like 'org/name'"
+    raise ModelLoadError(f"no model found in {label} (no config.json)", hint)
+
+
 def check_weights(folder: Path, *, allow_pickle: bool) -> None:
     """Refuse folders without config.json or without loadable weights (pickle only with allow_pickle)."""
-    if not (folder / "config.json").is_file():
-        raise ModelLoadError(
-            f"'{folder}' has no config.json, so it is not a transformers model folder",
-            "pass the folder that holds config.json and the weights",
-        )
+    check_model_folder(folder)
     files = [p.name for p in folder.iterdir() if p.is_file()]
     if any(name.endswith(".safetensors") for name in files):
         return
@@ -303,6 +413,7 @@ def load_tokenizer(folder: Path, *, trust_remote_code: bool = False, name: str |
     try:
         return AutoTokenizer.from_pretrained(folder, trust_remote_code=bool(trust_remote_code))
     except Exception as err:
+        check_model_folder(Path(folder), label)  # no config.json: say that, not the tokenizer's half sentence
         raise ModelLoadError(
             f"could not load the tokenizer of '{label}': {_first_line(err)}", _loader_hint(err)
         ) from err
@@ -323,14 +434,18 @@ def _loader_hint(err: BaseException) -> str | None:
 
 
 class _DropMessage(logging.Filter):
-    """Drops one noisy log record by its format string."""
+    """Drops one noisy log record by its format string (or by the start of it, with prefix=True)."""
 
-    def __init__(self, fmt: str) -> None:
+    def __init__(self, fmt: str, *, prefix: bool = False) -> None:
         super().__init__()
         self.fmt = fmt
+        self.prefix = prefix
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.msg != self.fmt
+        msg = record.msg
+        if self.prefix:
+            return not (isinstance(msg, str) and msg.startswith(self.fmt))
+        return msg != self.fmt
 
 
 def _quiet_bnb_8bit_cast() -> None:
@@ -341,7 +456,20 @@ def _quiet_bnb_8bit_cast() -> None:
         logger.addFilter(_DropMessage(fmt))
 
 
+def _quiet_bnb_cpu_kernels() -> None:
+    """bitsandbytes logs "Failed to load CPU gemm_4bit_forward ... pip install kernels" when it is imported on
+    a CPU with AVX512-BF16 but without the optional `kernels` package; it then falls back to its own code.
+    The CLI says what matters (CPU quantization is slow) in one line, so drop exactly that record. The filter
+    must be on the logger before transformers first imports bitsandbytes (inside from_pretrained); it is
+    matched by the message's start so a reworded tail still counts."""
+    logger = logging.getLogger("bitsandbytes.backends.cpu.ops")
+    fmt = "Failed to load CPU gemm_4bit_forward from kernels-community"  # then ": %s. Please ... kernels"
+    if not any(isinstance(f, _DropMessage) and f.fmt == fmt for f in logger.filters):
+        logger.addFilter(_DropMessage(fmt, prefix=True))
+
+
 def _quant_config(quant: str, dtype: torch.dtype):
+    _quiet_bnb_cpu_kernels()
     if quant == "8bit":
         _quiet_bnb_8bit_cast()
         return BitsAndBytesConfig(load_in_8bit=True)
@@ -442,27 +570,10 @@ def check_tokenizers(target_tok, draft_tok, target_name: str, draft_name: str) -
 
 # --------------------------------------------------------------------------- model facts
 
-_POSITION_KEYS = (
-    "max_position_embeddings",
-    "n_positions",
-    "max_sequence_length",
-    "seq_length",
-    "n_ctx",
-    "max_seq_len",
-)
-
 
 def model_max_positions(model) -> int | None:
     """The longest context the model's config declares, or None when it declares none."""
-    config = getattr(model, "config", model)
-    for cfg in (config, getattr(config, "text_config", None)):
-        if cfg is None:
-            continue
-        for key in _POSITION_KEYS:
-            value = getattr(cfg, key, None)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                return value
-    return None
+    return config_max_positions(getattr(model, "config", model))
 
 
 def _as_ids(value) -> set[int]:

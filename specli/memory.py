@@ -16,7 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from specli.errors import SpecliError
-from specli.model_dirs import EMBEDDED_PREFIX, embedded_dir, read_config
+from specli.model_dirs import EMBEDDED_PREFIX, config_max_positions, embedded_dir, read_config
 
 NF4_BITS = 4.127  # 4-bit weights + double-quantized absmax per block of 64
 WORKSPACE = 1.10  # activations, allocator slack, CUDA context: 10% on top
@@ -35,10 +35,15 @@ class Shape:
     tied: bool
     head_dim: int | None = None
     attention_bias: bool = False
+    max_positions: int | None = None  # the longest context the config declares (None: not declared)
 
     @property
     def head_size(self) -> int:
         return self.head_dim or self.hidden_size // self.num_heads
+
+    def context(self, tokens: int) -> int:
+        """The KV cache to plan for when `tokens` are asked: the model never holds more than its context."""
+        return min(tokens, self.max_positions) if self.max_positions else tokens
 
     @classmethod
     def from_config(cls, config: Any) -> Shape:
@@ -59,6 +64,7 @@ class Shape:
             tied=bool(get("tie_word_embeddings", False)),
             head_dim=get("head_dim"),
             attention_bias=bool(get("attention_bias", False) or get("model_type") in ("qwen2",)),
+            max_positions=config_max_positions(config),
         )
 
     def linear_parameters(self) -> int:
@@ -166,7 +172,9 @@ EAGLE_DRAFT_VOCAB = 32000  # the reduced draft vocabulary most EAGLE-3 heads use
 
 def head_estimate(target: Shape, dtype_bytes: int = 2, context: int = 4096) -> Estimate:
     """An EAGLE-3 head for `target`, from the target's shape alone: fc [3d -> d], one decoder layer whose
-    q/k/v read 2d, its norm and an LM head over a draft vocabulary of up to 32k tokens; KV of one layer."""
+    q/k/v read 2d, its norm and an LM head over a draft vocabulary of up to 32k tokens; KV of one layer
+    for `context` tokens, or the target's own context when shorter."""
+    context = target.context(context)
     d, q, kv = target.hidden_size, target.num_heads * target.head_size, target.num_kv_heads * target.head_size
     layer = 2 * d * (q + 2 * kv) + q * d + 3 * d * target.intermediate_size
     parameters = 3 * d * d + layer + min(EAGLE_DRAFT_VOCAB, target.vocab_size) * d + 4 * d
@@ -174,9 +182,25 @@ def head_estimate(target: Shape, dtype_bytes: int = 2, context: int = 4096) -> E
     return Estimate(parameters * dtype_bytes, kv_bytes)
 
 
+def _preset_shapes(preset: Any) -> list[Shape | None]:
+    """The shapes of the models a preset loads: the target and the drafter (an EAGLE head has no shape of
+    its own: it is planned from the target's)."""
+    specs = [preset.target] + (
+        [preset.draft] if preset.draft is not None and preset.strategy != "eagle" else []
+    )
+    return [shape_of(spec.model) for spec in specs]
+
+
+def preset_context(preset: Any, context: int = 4096) -> int:
+    """The KV cache tokens `preset_estimate` plans for: `context`, or the longest context among the
+    preset's models when that is shorter (the embedded tiny pair holds 512 tokens, not 4096)."""
+    shapes = [shape for shape in _preset_shapes(preset) if shape is not None]
+    return max((shape.context(context) for shape in shapes), default=context)
+
+
 def preset_estimate(preset: Any, context: int = 4096) -> int | None:
-    """Total bytes a preset needs (target + drafter or EAGLE head, KV for `context` tokens each), or None
-    if unknown."""
+    """Total bytes a preset needs (target + drafter or EAGLE head, KV for `context` tokens each, or a
+    model's own context when shorter), or None if unknown."""
     total = 0
     if preset.strategy == "eagle":  # the drafter is a head; it sits beside the target's LM head
         target = shape_of(preset.target.model)
@@ -186,7 +210,7 @@ def preset_estimate(preset: Any, context: int = 4096) -> int | None:
         dtype_bytes = (
             4 if spec.model.startswith("embedded:") and spec.dtype == "auto" else DTYPE_BYTES[spec.dtype]
         )
-        target_bytes = estimate(target, dtype_bytes, spec.quantization, context).total_bytes
+        target_bytes = estimate(target, dtype_bytes, spec.quantization, target.context(context)).total_bytes
         return target_bytes + head_estimate(target, dtype_bytes, context).total_bytes
     for spec in (preset.target, preset.draft):
         if spec is None:
@@ -196,7 +220,7 @@ def preset_estimate(preset: Any, context: int = 4096) -> int | None:
             return None
         embedded = spec.model.startswith("embedded:")
         dtype_bytes = 4 if embedded and spec.dtype == "auto" else DTYPE_BYTES[spec.dtype]
-        total += estimate(shape, dtype_bytes, spec.quantization, context).total_bytes
+        total += estimate(shape, dtype_bytes, spec.quantization, shape.context(context)).total_bytes
     return total
 
 
@@ -210,7 +234,7 @@ def human(n: int | None) -> str:
     return f"{n / 1e3:.0f} kB"
 
 
-PLAN_CONTEXT = 4096  # tokens of KV cache planned for at load time
+PLAN_CONTEXT = 4096  # tokens of KV cache planned for at load time (less for a model with a shorter context)
 
 
 def free_bytes(device: Any) -> int | None:
@@ -237,6 +261,7 @@ class Need:
     dtype: str
     quant: str
     estimate: Estimate
+    context: int = PLAN_CONTEXT  # the KV cache tokens `estimate` holds
 
 
 def check_fits(needs: list[Need], device: Any, available: int | None) -> None:
@@ -261,8 +286,9 @@ def not_enough(needs: list[Need], where: str, *, cuda: bool) -> Exception:
         options.append("a smaller drafter, or --strategy lookup / self (no drafter)")
     if cuda:
         options.append("several GPUs (--device auto), or --device cpu (slow)")
+    context = max(n.context for n in needs)
     return SpecliError(
         f"not enough memory: the models need about {human(total)} ({parts}, KV cache for "
-        f"{PLAN_CONTEXT} tokens and 10% workspace) but {where}.",
+        f"{context} tokens and 10% workspace) but {where}.",
         "Try " + "; ".join(options) + ". Set SPECLI_NO_MEMORY_CHECK=1 to load anyway.",
     )

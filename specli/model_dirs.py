@@ -44,3 +44,26 @@ def read_config(folder: Path | str) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return config if isinstance(config, dict) else None
+
+
+# Config keys that hold a model's longest context, in the order transformers' families use them.
+POSITION_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_sequence_length",
+    "seq_length",
+    "n_ctx",
+    "max_seq_len",
+)
+
+
+def config_max_positions(config: Any) -> int | None:
+    """The longest context a config declares (a config.json dict or a transformers config; a multimodal
+    one's text_config too), or None when it declares none."""
+    get = config.get if isinstance(config, dict) else lambda key, default=None: getattr(config, key, default)
+    for key in POSITION_KEYS:
+        value = get(key, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    text = get("text_config", None)
+    return config_max_positions(text) if text is not None else None

@@ -51,10 +51,13 @@ def estimate_needs(
         try:
             shape = memory.Shape.from_config(config)
             dtype = dtype_for(model, device, trust_remote_code)
-            estimate = memory.estimate(shape, torch.finfo(dtype).bits // 8, model.quant, memory.PLAN_CONTEXT)
+            context = shape.context(memory.PLAN_CONTEXT)  # a 512-token model never holds 4096 tokens of KV
+            estimate = memory.estimate(shape, torch.finfo(dtype).bits // 8, model.quant, context)
         except (ValueError, TypeError, KeyError, ZeroDivisionError):
             return None  # an unusual config: no estimate, no check
-        needs.append(memory.Need(model.name, str(dtype).replace("torch.", ""), model.quant, estimate))
+        needs.append(
+            memory.Need(model.name, str(dtype).replace("torch.", ""), model.quant, estimate, context)
+        )
     return needs
 
 

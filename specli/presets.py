@@ -15,7 +15,7 @@ from __future__ import annotations
 import difflib
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import (
@@ -258,9 +258,79 @@ def _locate(root: yaml.Node | None, loc: tuple[Any, ...]) -> int:
     return line
 
 
+def _section_model(annotation: Any) -> type[BaseModel] | None:
+    """The schema class a field holds (`ModelSpec | None` -> ModelSpec), or None for a plain value."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _section_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _schema_at(path: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The schema class of the mapping at `path` in a preset (() -> Preset, ("generation",) -> ...)."""
+    model: type[BaseModel] | None = Preset
+    for part in path:
+        info = model.model_fields.get(str(part)) if model is not None else None
+        model = _section_model(info.annotation) if info is not None else None
+    return model
+
+
+def _all_field_paths(model: type[BaseModel] = Preset, prefix: str = "") -> list[str]:
+    """Every field of a preset as a dotted path ("name", "generation.temperature", ...)."""
+    paths = []
+    for name, info in model.model_fields.items():
+        paths.append(prefix + name)
+        section = _section_model(info.annotation)
+        if section is not None:
+            paths += _all_field_paths(section, f"{prefix}{name}.")
+    return paths
+
+
+def _unknown_field_suggestion(loc: tuple[Any, ...]) -> str | None:
+    """For an unknown key: the field it was probably meant to be, as "did you mean 'temperature'?".
+
+    A field of that very name in another mapping, by its full path ("did you mean
+    'generation.temperature'?"); else a near miss among the fields of the same mapping; else a near miss
+    anywhere, by its full path."""
+    *parent, key = (str(part) for part in loc)
+    key = key.lower()
+    here = ".".join(parent)
+    paths = [path for path in _all_field_paths() if path.rpartition(".")[0] != here]
+    by_name: dict[str, str] = {}
+    for path in paths:
+        by_name.setdefault(path.rpartition(".")[2], path)
+    if key in by_name:
+        return f"did you mean '{by_name[key]}'?"
+    model = _schema_at(tuple(parent))
+    if model is not None:
+        close = difflib.get_close_matches(key, list(model.model_fields), n=1, cutoff=0.7)
+        if close:
+            return f"did you mean '{close[0]}'?"
+    close = difflib.get_close_matches(key, list(by_name), n=1, cutoff=0.8)
+    return f"did you mean '{by_name[close[0]]}'?" if close else None
+
+
+def _describe_error(err: Any, loc: tuple[Any, ...]) -> tuple[str, str | None]:
+    """pydantic's message for one error, and for an unknown key a suggestion; unknown keys get a message
+    in the preset's words, listing the fields the mapping takes when nothing is close."""
+    if err["type"] != "extra_forbidden" or not loc:
+        return err["msg"], None
+    suggestion = _unknown_field_suggestion(loc)
+    if suggestion is not None:
+        return f"unknown field; {suggestion}", suggestion
+    model = _schema_at(tuple(loc[:-1]))
+    fields = ", ".join(model.model_fields) if model is not None else ""
+    section = ".".join(str(part) for part in loc[:-1]) or "a preset"
+    return (f"unknown field ({section} takes: {fields})" if fields else "unknown field"), None
+
+
 def _validation_to_preset_error(exc: ValidationError, root: yaml.Node | None, shown: str) -> PresetError:
-    """Turn pydantic's errors into `file:line: field: message`, first one in the file first."""
-    found: list[tuple[int, str, str]] = []
+    """Turn pydantic's errors into `file:line: field: message`, first one in the file first; unknown keys
+    name the field they were probably meant to be, in the first line and in the "also:" list."""
+    found: list[tuple[int, str, str, str | None]] = []
     for err in exc.errors(include_url=False):
         loc = tuple(err["loc"])
         field = (err.get("ctx") or {}).get("field")
@@ -268,13 +338,16 @@ def _validation_to_preset_error(exc: ValidationError, root: yaml.Node | None, sh
             loc = (*loc, field)
         line = _locate(root, loc)
         where = ".".join(str(part) for part in loc)
-        found.append((line, where, err["msg"]))
+        msg, suggestion = _describe_error(err, loc)
+        found.append((line, where, msg, suggestion))
     found.sort(key=lambda item: item[0])
-    line, where, msg = found[0]
+    line, where, msg, _ = found[0]
     message = f"{shown}:{line}: {where}: {msg}" if where else f"{shown}:{line}: {msg}"
     hint = None
     if len(found) > 1:
-        rest = ", ".join(f"line {ln} {w or '(top level)'}" for ln, w, _ in found[1:4])
+        rest = ", ".join(
+            f"line {ln} {w or '(top level)'}" + (f" ({s})" if s else "") for ln, w, _, s in found[1:4]
+        )
         more = f" (+{len(found) - 4} more)" if len(found) > 4 else ""
         hint = f"also: {rest}{more}"
     return PresetError(message, hint)

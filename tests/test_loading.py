@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 from pathlib import Path
@@ -172,9 +173,94 @@ def test_broken_config_is_model_load_error(tmp_path, llama_dir):
     assert "upgrade transformers" in str(info.value)
 
 
-def test_tokenizer_failure_is_model_load_error(tmp_path):
+def test_tokenizer_failure_is_model_load_error(tmp_path, llama_dir):
+    shutil.copy(llama_dir / "config.json", tmp_path / "config.json")  # a model folder, but no tokenizer
     with pytest.raises(ModelLoadError, match="tokenizer"):
         loading.load_tokenizer(tmp_path)
+
+
+# ----------------------------------------------------------------------------- not a model folder
+
+
+def _not_a_model(tmp_path: Path, tokenizer=None) -> Path:
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "README.md").write_text("just notes\n")
+    if tokenizer is not None:
+        tokenizer.save_pretrained(folder)
+    return folder
+
+
+def _says_no_model(err: BaseException, folder: str) -> None:
+    assert err.message == f"no model found in {folder} (no config.json)"
+    assert "tokenizer" not in str(err)
+
+
+def test_folder_that_is_not_a_model_is_named_before_the_tokenizer(tmp_path, monkeypatch):
+    """Catches issue 13 #10: the tokenizer loader's 'Couldn't instantiate the backend tokenizer from one
+    of:' (cut mid-sentence) instead of saying the folder holds no model."""
+    import transformers
+
+    folder = _not_a_model(tmp_path)
+
+    def no_tokenizer_loading(*args, **kwargs):
+        raise AssertionError("the tokenizer was read before the folder was checked")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", no_tokenizer_loading)
+    with pytest.raises(ModelLoadError) as info:
+        loading.resolve_source(str(folder))
+    _says_no_model(info.value, str(folder))
+    assert "config.json and the weights" in info.value.hint
+
+
+def test_folder_holding_model_folders_names_them(tmp_path, llama_dir):
+    """Catches a parent folder passed by mistake getting only the generic hint."""
+    shutil.copytree(llama_dir, tmp_path / "models" / "llama")
+    with pytest.raises(ModelLoadError) as info:
+        loading.resolve_source(str(tmp_path / "models"))
+    _says_no_model(info.value, str(tmp_path / "models"))
+    assert str(tmp_path / "models" / "llama") in info.value.hint
+
+
+def test_tokenizer_of_a_folder_without_config(tmp_path):
+    """Catches load_tokenizer passing on the tokenizer loader's half sentence for a folder with no model."""
+    folder = _not_a_model(tmp_path)
+    with pytest.raises(ModelLoadError) as info:
+        loading.load_tokenizer(folder, name="notes")
+    _says_no_model(info.value, "notes")
+
+
+@pytest.mark.parametrize("role", ["target", "draft", "head"])
+def test_not_a_model_as_target_drafter_or_eagle_head(tmp_path, tiny_pair, role):
+    """Catches issue 13 #10 for each model of a pair, through specli.load as the CLI calls it."""
+    import specli
+
+    target, draft = tiny_pair
+    folder = str(_not_a_model(tmp_path))
+    kwargs = {
+        "target": dict(target=folder, strategy="none"),
+        "draft": dict(target=str(target), draft=folder),
+        "head": dict(target=str(target), draft=folder, strategy="eagle"),
+    }[role]
+    with pytest.raises(ModelLoadError) as info:
+        specli.load(device="cpu", **kwargs)
+    _says_no_model(info.value, folder)
+
+
+def test_hub_repo_without_config_stops_before_weights(monkeypatch, tmp_path, tokenizer, tiny_pair):
+    """Catches a hub repo with a tokenizer but no config.json (not a transformers model) getting past the
+    configs-first fetch, so its weights would download before the refusal."""
+    import specli
+
+    target, _ = tiny_pair
+    calls = _serve_from_hub(
+        monkeypatch, {"org/target": target, "org/notes": _not_a_model(tmp_path, tokenizer)}
+    )
+    with pytest.raises(ModelLoadError) as info:
+        specli.load(target="org/target", draft="org/notes", device="cpu")
+    _says_no_model(info.value, "org/notes")
+    assert "no transformers model" in info.value.hint
+    assert calls and not any(_fetches_weights(c) for c in calls)
 
 
 # ----------------------------------------------------------------------------- hub cache (offline)
@@ -298,7 +384,109 @@ def test_hub_errors_are_explained(monkeypatch):
     _raise_from_hub(monkeypatch, down)
     with pytest.raises(ModelLoadError, match="could not reach the Hugging Face Hub") as info:
         loading.resolve_source("org/name")
-    assert "HF_HUB_OFFLINE=1" in str(info.value)
+    assert "not in the local cache" in str(info.value) and "HF_HUB_OFFLINE" not in str(info.value)
+
+
+def _caused(err: Exception, cause: BaseException) -> Exception:
+    err.__cause__ = cause
+    return err
+
+
+def _hub_cases():
+    """(name, error, offline, environment, words the message must hold, words the hint must hold)."""
+    from huggingface_hub.errors import (
+        DisabledRepoError,
+        GatedRepoError,
+        HfHubHTTPError,
+        IncompleteSnapshotError,
+        LocalEntryNotFoundError,
+        OfflineModeIsEnabled,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    http = _http()
+    url = "https://huggingface.co/org/name"
+    not_cached = "cannot find an appropriate cached snapshot folder"
+    offline_env = {"HF_HUB_OFFLINE": "1"}
+    return [
+        ("gated, no token", GatedRepoError("g", response=_http_response(401)), False, {},
+         ["gated", "needs a Hugging Face token"], [url, "set HF_TOKEN"]),
+        ("gated, a token without access", GatedRepoError("g", response=_http_response(403)), False,
+         {"HF_TOKEN": "hf_x"}, ["gated", "your Hugging Face token has no access"], [url]),
+        ("not found", RepositoryNotFoundError("n", response=_http_response(404)), False, {},
+         ["not found on the Hugging Face Hub"], ["spelling", "HF_TOKEN"]),
+        ("no such revision", RevisionNotFoundError("r", response=_http_response(404)), False, {},
+         ["revision does not exist"], [url]),
+        ("disabled", DisabledRepoError("d", response=_http_response(403)), False, {},
+         ["disabled"], ["another model"]),
+        ("offline, not cached", LocalEntryNotFoundError(not_cached), True, offline_env,
+         ["not in the local hub cache (HF_HUB_OFFLINE is set)"], ["unset HF_HUB_OFFLINE", "download it"]),
+        ("offline through the hub's own check",
+         _caused(LocalEntryNotFoundError(not_cached), OfflineModeIsEnabled("off")), False, {},
+         ["not in the local hub cache (HF_HUB_OFFLINE is set)"], ["unset HF_HUB_OFFLINE"]),
+        ("TRANSFORMERS_OFFLINE, not cached", LocalEntryNotFoundError(not_cached), True,
+         {"TRANSFORMERS_OFFLINE": "1"}, ["(TRANSFORMERS_OFFLINE is set)"], ["unset TRANSFORMERS_OFFLINE"]),
+        ("offline, incomplete", IncompleteSnapshotError("i", snapshot_path="/x"), True, offline_env,
+         ["cached copy", "incomplete", "HF_HUB_OFFLINE is set"], ["unset HF_HUB_OFFLINE", "finish"]),
+        ("network down, incomplete",
+         _caused(IncompleteSnapshotError("i", snapshot_path="/x"), http.ConnectError("no route")), False, {},
+         ["cached copy", "incomplete", "could not be reached (ConnectError)"], ["connection", "finish"]),
+        ("bad token",
+         _caused(LocalEntryNotFoundError("x"), HfHubHTTPError("u", response=_http_response(401))), False, {},
+         ["refused access", "401"], ["HF_TOKEN"]),
+        ("rate limited",
+         _caused(LocalEntryNotFoundError("x"), HfHubHTTPError("t", response=_http_response(429))), False, {},
+         ["rate-limiting", "429", "not in the local cache"], ["wait a minute"]),
+        ("hub down", _caused(LocalEntryNotFoundError("x"), HfHubHTTPError("b", response=_http_response(503))),
+         False, {}, ["answered HTTP 503", "not in the local cache"], ["try again later"]),
+        ("network down, not cached", _caused(LocalEntryNotFoundError("x"), http.ConnectError("no route")),
+         False, {}, ["could not reach the Hugging Face Hub", "(ConnectError)", "not in the local cache"],
+         ["check your connection"]),
+        ("network lost during the download", http.ReadTimeout("slow"), False, {},
+         ["could not reach the Hugging Face Hub", "(ReadTimeout)"], ["check your connection", "run again"]),
+        ("disk full", OSError(28, "No space left on device"), False, {"HF_HUB_CACHE": "/cache/hub"},
+         ["could not store", "/cache/hub", "No space left on device"], ["free some space", "HF_HUB_CACHE"]),
+        ("anything else", ValueError("odd\nsecond line"), False, {},
+         ["could not fetch", "ValueError: odd"], ["run again"]),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", _hub_cases(), ids=lambda case: case[0])
+def test_every_hub_error_gives_one_consistent_instruction(monkeypatch, case):
+    """Catches issue 13 #7: a model that is not cached told to 'set HF_HUB_OFFLINE=1 to use the cache', an
+    offline run told to check its connection, a missing token called 'this token', and hints that do not
+    offer the other way out (a local folder)."""
+    import huggingface_hub
+
+    name, error, offline, env, in_message, in_hint = case
+    for var in (
+        "HF_HUB_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+        "HF_TOKEN",
+        "HF_HUB_CACHE",
+        "HUGGINGFACE_HUB_CACHE",
+    ):
+        monkeypatch.delenv(var, raising=False)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub, "get_token", lambda: env.get("HF_TOKEN"))
+    err = loading._hub_error("org/name", error, offline)
+    message, hint = err.message, err.hint or ""
+    for words in in_message:
+        assert words in message, (name, message)
+    for words in in_hint:
+        assert words in hint, (name, hint)
+    assert hint.endswith("or pass a local folder"), (name, hint)
+    assert hint.count("or pass a local folder") == 1 and "\n" not in message + hint, (name, str(err))
+    if "not in the local" in message:  # then the cache has nothing to give: never point at it
+        assert "use the cache" not in hint and not re.search(r"\bset HF_HUB_OFFLINE", hint), (name, hint)
+    assert "HF_HUB_OFFLINE=1" not in hint, (name, hint)  # never: no branch has a cache to fall back on
+    if offline or "is set" in message:
+        assert "connection" not in hint, (name, hint)
+    if "needs a Hugging Face token" in message:
+        assert "your" not in message and "this token" not in message, (name, message)
 
 
 def test_hub_download_patterns(monkeypatch, tmp_path):

@@ -103,3 +103,69 @@ def test_shape_from_a_saved_folder(tmp_path, tokenizer):
     model = make_model("llama", len(tokenizer), layers=2, hidden=64)
     folder = save_model(tmp_path / "m", model, tokenizer)
     assert memory.shape_of(str(folder)).parameters() == sum(p.numel() for p in model.parameters())
+
+
+# --------------------------------------------------------------------------- the model's own context
+
+
+def _tiny_shapes() -> list[memory.Shape]:
+    return [memory.shape_of(f"embedded:{name}") for name in ("tiny-target", "tiny-draft")]
+
+
+def test_shape_reads_the_context_and_caps_the_kv_cache_with_it():
+    """Catches a Shape that ignores max_position_embeddings, so a 512-token model plans 4096 tokens of KV."""
+    shape = memory.Shape.from_config({**_config_of("tiny-target"), "max_position_embeddings": 512})
+    assert shape.max_positions == 512
+    assert shape.context(4096) == 512 and shape.context(100) == 100
+    assert memory.KNOWN_SHAPES["meta-llama/Llama-3.1-8B-Instruct"].context(4096) == 4096  # none declared
+    assert memory.Shape.from_config({**_config_of("tiny-target"), "n_positions": 1024}).max_positions == 512
+    gpt2 = memory.Shape.from_config(make_model("gpt2", layers=1, hidden=64, max_positions=300).config)
+    assert gpt2.max_positions == 300
+
+
+def _config_of(name: str) -> dict:
+    from specli.model_dirs import embedded_dir, read_config
+
+    return read_config(embedded_dir() / name)
+
+
+def test_tiny_preset_estimate_uses_its_512_token_context():
+    """Catches issue 13 #17: the tiny preset's estimate assumed a 4,096-token KV cache for 512-token models
+    (presets list/show)."""
+    from specli.presets import resolve_preset
+
+    tiny = resolve_preset("tiny")
+    shapes = _tiny_shapes()
+    assert [s.max_positions for s in shapes] == [512, 512]
+    assert memory.preset_context(tiny, memory.PLAN_CONTEXT) == 512
+    at_512 = sum(memory.estimate(s, 4, "none", 512).total_bytes for s in shapes)  # embedded: float32
+    at_4096 = sum(memory.estimate(s, 4, "none", 4096).total_bytes for s in shapes)
+    assert memory.preset_estimate(tiny, memory.PLAN_CONTEXT) == at_512 < at_4096
+    data = json.loads(CliRunner().invoke(app, ["presets", "list", "--json"]).stdout)
+    assert {p["name"]: p["estimated_memory_bytes"] for p in data}["tiny"] == at_512
+
+
+def test_long_context_models_still_plan_4096_tokens():
+    """Catches the cap biting where it should not: a model with a long context keeps the planned 4096."""
+    from specli.presets import resolve_preset
+
+    preset = resolve_preset("llama-70b-1b")
+    assert memory.preset_context(preset, memory.PLAN_CONTEXT) == memory.PLAN_CONTEXT
+
+
+def test_load_time_fit_check_uses_the_models_context(monkeypatch):
+    """Catches issue 13 #17 at load time: the fit check planned (and said) 4096 tokens of KV cache for the
+    512-token tiny pair."""
+    import torch
+
+    from specli import plan
+    from specli.model_dirs import embedded_dir
+
+    models = [plan.ModelToLoad(n, folder=embedded_dir() / n) for n in ("tiny-target", "tiny-draft")]
+    needs = plan.estimate_needs(models, torch.device("cpu"), trust_remote_code=False)
+    assert [n.context for n in needs] == [512, 512]
+    assert [n.estimate.kv_bytes for n in needs] == [s.kv_bytes(512, 4) for s in _tiny_shapes()]
+    monkeypatch.setattr(memory, "free_bytes", lambda device: 1000)
+    result = CliRunner().invoke(app, ["generate", "def f", "--preset", "tiny", "--device", "cpu"])
+    assert result.exit_code == 1
+    assert "KV cache for 512 tokens" in result.stderr and "4096" not in result.stderr

@@ -140,9 +140,9 @@ def _fake_gpus(monkeypatch, free: list[int]) -> list[dict]:
 
 def _tiny_needs() -> tuple[memory.Estimate, memory.Estimate]:
     folder = loading.embedded_model("tiny-target")
-    target = memory.estimate(memory.Shape.from_config(loading.read_config(folder)), 2, "none", 4096)
+    target = memory.estimate(memory.Shape.from_config(loading.read_config(folder)), 2, "none", 512)
     folder = loading.embedded_model("tiny-draft")
-    draft = memory.estimate(memory.Shape.from_config(loading.read_config(folder)), 2, "none", 4096)
+    draft = memory.estimate(memory.Shape.from_config(loading.read_config(folder)), 2, "none", 512)
     return target, draft
 
 

@@ -216,9 +216,13 @@ draft:
         (
             "generation:\n  temperature: 0\n  temprature: 0.7\n",
             10,
-            "generation.temprature: Extra inputs are not permitted",
+            "generation.temprature: unknown field; did you mean 'temperature'?",
         ),
-        ("\n\nspeculaton:\n  num_draft_tokens: 3\n", 10, "speculaton: Extra inputs are not permitted"),
+        (
+            "\n\nspeculaton:\n  num_draft_tokens: 3\n",
+            10,
+            "speculaton: unknown field; did you mean 'speculation'?",
+        ),
         ("description: [a, list]\n", 8, "description: Input should be a valid string"),
         ("notes: 12\n", 8, "notes: Input should be a valid string"),
     ],
@@ -317,6 +321,49 @@ def test_several_errors_report_the_first_and_list_the_rest(tmp_path):
     err = info.value
     assert err.message == f"{path}:9: generation.top_p: Input should be less than or equal to 1"
     assert err.hint == "also: line 10 generation.temperature, line 11 generation.top_k"
+
+
+@pytest.mark.parametrize(
+    ("tail", "expected"),
+    [
+        (
+            "generation:\n  temprature: 0.7\n",
+            "generation.temprature: unknown field; did you mean 'temperature'?",
+        ),
+        ("generation:\n  Top_P: 0.9\n", "generation.Top_P: unknown field; did you mean 'top_p'?"),
+        ("generation:\n  maxnewtokens: 9\n", "did you mean 'max_new_tokens'?"),
+        ("speculation:\n  num_draft_token: 2\n", "did you mean 'num_draft_tokens'?"),
+        # a field of another section, by its full path
+        ("temperature: 0.5\n", "temperature: unknown field; did you mean 'generation.temperature'?"),
+        ("generation:\n  num_draft_tokens: 3\n", "did you mean 'speculation.num_draft_tokens'?"),
+        ("genaration:\n  top_k: 3\n", "genaration: unknown field; did you mean 'generation'?"),
+        # nothing close: the fields the mapping takes
+        (
+            "generation:\n  wibble: 1\n",
+            "generation.wibble: unknown field (generation takes: max_new_tokens, temperature, top_k, top_p, "
+            "chat_template)",
+        ),
+    ],
+)
+def test_unknown_fields_suggest_the_field_meant(tmp_path, tail, expected):
+    """Catches issue 13 #11: pydantic's 'Extra inputs are not permitted' for a typo, where preset names
+    already get 'Did you mean ...'."""
+    message = error_of(write(tmp_path, "typo.yaml", GOOD_HEAD + tail))
+    assert expected in message.splitlines()[0]
+    assert "Extra inputs" not in message
+
+
+def test_unknown_fields_in_the_also_line_suggest_too(tmp_path):
+    """Catches issue 13 #11 in the "also:" line: the later typos listed without what they were meant to be."""
+    tail = "generation:\n  top_p: 2\n  temprature: 0.7\n  top_kk: 3\n  wibble: 1\n"
+    with pytest.raises(PresetError) as info:
+        load_preset_file(write(tmp_path, "typos.yaml", GOOD_HEAD + tail))
+    err = info.value
+    assert err.message.endswith(":9: generation.top_p: Input should be less than or equal to 1")
+    assert err.hint == (
+        "also: line 10 generation.temprature (did you mean 'temperature'?), "
+        "line 11 generation.top_kk (did you mean 'top_k'?), line 12 generation.wibble"
+    )
 
 
 def test_missing_file_names_the_path(tmp_path):
