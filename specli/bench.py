@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 import transformers
@@ -25,6 +25,7 @@ from specli import __version__
 from specli.cached_lm import synchronize
 from specli.errors import UsageError
 from specli.events import Stats, expected_acceptance_length
+from specli.render.words import count
 
 if TYPE_CHECKING:
     from specli.api import Pair
@@ -32,6 +33,15 @@ if TYPE_CHECKING:
 
 SETS = ("code", "chat")
 BASELINE = "none"
+
+
+class Progress(Protocol):
+    """Where bench reports how far it is (render.progress.Counted): a stage of `total` runs (`similar`:
+    runs that cost about what the previous stage's did), then one `advance` per run done."""
+
+    def stage(self, description: str, total: int | None = None, similar: bool = False) -> None: ...
+
+    def advance(self, n: int = 1) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -211,18 +221,33 @@ def run_bench(
     strategies: Sequence[str],
     bench: BenchSettings,
     on_prompt: Callable[[BenchPrompt], None] | None = None,
+    progress: Progress | None = None,
 ) -> list[Measurement]:
-    """Baseline + strategies on every (prompt, ids), repeats interleaved; returns every measurement."""
+    """Baseline + strategies on every (prompt, ids), repeats interleaved; returns every measurement.
+    `progress` hears of two stages, warm-up and measuring, and of every run."""
     order = [BASELINE] + [s for s in strategies if s != BASELINE]
+    if progress and bench.warmup:
+        progress.stage("warm-up (not counted)", bench.warmup * len(order))
     for _ in range(bench.warmup):
         for strategy in order:
             measure(pair, encoded[0][0], encoded[0][1], strategy, bench, 0)
+            if progress:
+                progress.advance()
+    if progress:
+        progress.stage(
+            f"measuring {count(len(encoded), 'prompt')} × {count(len(order), 'strategy', 'strategies')} × "
+            f"{count(bench.repeats, 'repeat')}",
+            len(encoded) * bench.repeats * len(order),
+            similar=True,
+        )
     measurements: list[Measurement] = []
     for prompt, ids in encoded:
         for repeat in range(bench.repeats):
             shift = repeat % len(order)
             for strategy in order[shift:] + order[:shift]:
                 measurements.append(measure(pair, prompt, ids, strategy, bench, repeat))
+                if progress:
+                    progress.advance()
         if on_prompt:
             on_prompt(prompt)
     return measurements
@@ -417,9 +442,11 @@ def run_transformers(
     encoded: list[tuple[BenchPrompt, list[int]]],
     strategies: Sequence[str],
     bench: BenchSettings,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     """tokens/s of transformers' own generate() in each mode over the same prompts (median of repeats),
-    with the same settings: max_new_tokens, and when sampling temperature, top-k and top-p as set."""
+    with the same settings: max_new_tokens, and when sampling temperature, top-k and top-p as set.
+    `progress` hears of one stage and of every generate() call (a mode that fails counts as done)."""
     model = pair.target_model
     device = pair.target.device
     settings = bench.settings
@@ -427,9 +454,14 @@ def run_transformers(
     if not settings.greedy:
         sampling = dict(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p)
     results: dict[str, Any] = {}
-    for name, extra in transformers_modes(pair, strategies, settings).items():
+    modes = transformers_modes(pair, strategies, settings)
+    runs_per_mode = len(encoded) * max(1, bench.repeats)
+    if progress:
+        progress.stage(f"transformers generate(), {count(len(modes), 'mode')}", len(modes) * runs_per_mode)
+    for name, extra in modes.items():
         tokens = 0
         elapsed = 0.0
+        done = 0
         try:
             for _, prompt_ids in encoded:
                 ids = torch.tensor([prompt_ids], device=device)
@@ -450,9 +482,14 @@ def run_transformers(
                         out = model.generate(ids, **kwargs)
                     synchronize(device)
                     times.append(time.perf_counter() - start)
+                    done += 1
+                    if progress:
+                        progress.advance()
                 tokens += out.shape[1] - ids.shape[1]
                 elapsed += statistics.median(times)
             results[name] = {"tokens": tokens, "elapsed_s": elapsed, "tokens_per_second": tokens / elapsed}
         except Exception as e:  # a mode transformers refuses for this model: report, do not abort the bench
             results[name] = {"error": f"{type(e).__name__}: {e}"[:300]}
+            if progress:
+                progress.advance(runs_per_mode - done)
     return results

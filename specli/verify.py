@@ -148,7 +148,8 @@ def verify(
     q [k, V] is the distribution each draft was drawn from; None means a deterministic proposal (one-hot
     q at each id). Greedy settings verify by argmax, otherwise by rejection sampling with p processed
     exactly as the drafter's q was. record_top > 0 fills `Verdict.token_source` with that many entries of
-    the distribution `token` came from (greedy: the target's softmax there).
+    the distribution `token` came from (greedy: the target's softmax there), then `token`'s own entry
+    when it is not among them (the views show its probability).
     """
     if sampling.greedy:
         verdict = verify_greedy(draft_ids, logits)
@@ -161,4 +162,7 @@ def verify(
         source = token_distribution(verdict, p, q.to(p.device)) if record_top else None  # [V]
     if source is None:
         return verdict
-    return replace(verdict, token_source=_top(source, record_top))
+    top = _top(source, record_top)
+    if all(t != verdict.token for t, _ in top):  # the added token's own entry, even outside the top
+        top.append((verdict.token, float(source[verdict.token])))
+    return replace(verdict, token_source=top)

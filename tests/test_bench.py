@@ -4,6 +4,7 @@ of a real run on tiny random pairs."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -227,10 +228,19 @@ def test_bench_prints_a_table_per_category(bench_json):
 
 
 def test_bench_off_a_terminal_says_how_far_it_is(bench_json):
-    """Piped, Rich draws no bar: plain lines on stderr count the prompts (the 4 that fit), none on stdout."""
+    """Bug: piped, loading and warm-up were silent and only prompts were counted. Now every stage has a
+    line with its count (4 strategies with the baseline, the 4 prompts that fit, 2 repeats), progress
+    lines with the time left, and the time it took; nothing of it on stdout."""
     _, stdout, stderr = bench_json
-    assert "bench: prompts measured: 4/4" in stderr
-    assert "prompts measured" not in stdout
+    lines = stderr.splitlines()
+    assert lines.index("bench: loading models…") < lines.index("bench: warm-up (not counted): 4 runs")
+    assert any(line.startswith("bench: models loaded in ") for line in lines), stderr
+    assert "bench: warm-up (not counted): 4/4 runs · took " in stderr
+    stage = "bench: measuring 4 prompts × 4 strategies × 2 repeats"
+    assert f"{stage}: 32 runs, about " in stderr  # estimated from the warm-up before the first run
+    assert re.search(rf"{stage}: 16/32 runs · about \d+:\d\d left", stderr), stderr
+    assert f"{stage}: 32/32 runs · took " in stderr
+    assert "bench:" not in stdout
 
 
 def test_bench_reports_a_lossy_strategy_as_an_error(tiny_pair, monkeypatch):
@@ -270,6 +280,9 @@ def test_compare_hf_times_transformers_modes(tiny_pair, tmp_path):
     for mode in ("plain", "assisted", "prompt lookup"):
         assert hf[mode]["tokens"] > 0 and hf[mode]["tokens_per_second"] > 0, hf[mode]
     assert "specli / transformers" in result.stdout
+    # piped, the comparison is a stage of its own: 4 modes x 1 prompt x 1 repeat (was silent)
+    assert "bench: transformers generate(), 4 modes: 4 runs" in result.stderr
+    assert "bench: transformers generate(), 4 modes: 4/4 runs · took " in result.stderr
 
 
 def test_transformers_comparison_uses_the_same_settings():

@@ -8,7 +8,7 @@ import io
 from rich.console import Console
 
 from specli import loading
-from specli.render.progress import Counted, loading_progress, new_progress, tqdm_for
+from specli.render.progress import Counted, clock, loading_progress, new_progress, time_left, tqdm_for
 
 
 def _console(terminal: bool) -> Console:
@@ -89,14 +89,53 @@ def test_loading_progress_is_one_display_in_a_terminal():
 
 
 def test_counted_prints_tenths_and_stages_off_a_terminal():
+    """Piped, every stage says what it counts, then its count at every tenth with the time left, and the
+    time it took; a similar stage is estimated from the previous one before its first unit."""
+    now = [0.0]
     console = _console(False)
-    with Counted(console, "bench", 20) as counted:
-        for _ in range(20):
+    with Counted(console, "bench", clock=lambda: now[0]) as counted:
+        counted.stage("warm-up", 2)
+        for _ in range(2):
+            now[0] += 3
             counted.advance()
-        counted.stage("timing transformers")
+        counted.stage("measuring", 20, similar=True)
+        for _ in range(20):
+            now[0] += 3
+            counted.advance()
+        counted.stage("transformers generate()", 1)
+        now[0] += 100
+        counted.advance()
     lines = console.export_text().splitlines()
-    assert lines[0] == "bench: 2/20" and lines[9] == "bench: 20/20" and len(lines) == 11
-    assert lines[-1] == "bench: timing transformers"
+    assert lines[:4] == [
+        "bench: warm-up: 2 runs",
+        "bench: warm-up: 1/2 runs · about 0:03 left",
+        "bench: warm-up: 2/2 runs · took 0:06",
+        "bench: measuring: 20 runs, about 1:00 (at the previous stage's pace)",
+    ]
+    assert lines[4] == "bench: measuring: 2/20 runs · about 0:54 left"
+    assert lines[13] == "bench: measuring: 20/20 runs · took 1:00" and len(lines) == 16
+    assert lines[14:] == [
+        "bench: transformers generate(): 1 run",
+        "bench: transformers generate(): 1/1 run · took 1:40",
+    ]
+
+
+def test_counted_bar_estimates_time_left_when_each_unit_is_slow():
+    """Bug: the terminal bar's ETA stayed -:--:-- (Rich's TimeRemainingColumn needs two updates within
+    30 s; a bench run often takes longer). With 40 s per run the bar says how long is left."""
+    now = [0.0]
+    console = _console(True)
+    with Counted(console, "bench", clock=lambda: now[0]) as counted:
+        counted.stage("measuring", 4)
+        counted.progress.refresh()
+        assert "estimating…" in console.export_text(clear=False)
+        for left in ("2:00", "1:20"):
+            now[0] += 40
+            counted.advance()
+            counted.progress.refresh()
+            drawn = console.export_text(clear=False)
+            assert f"about {left} left" in drawn, drawn
+    assert "-:--:--" not in console.export_text()
 
 
 def test_counted_draws_a_bar_in_a_terminal():
@@ -105,6 +144,27 @@ def test_counted_draws_a_bar_in_a_terminal():
         counted.advance()
         counted.progress.refresh()
     assert "1/4" in console.export_text()
+
+
+def test_time_left_and_clock():
+    assert time_left(0, 10, 5.0) is None and time_left(2, None, 5.0) is None
+    assert time_left(2, 10, 4.0) == 16.0  # 2 s per unit, 8 left
+    assert time_left(0, 10, 4.0, per_unit=3.0) == 26.0  # the previous pace, less the time spent
+    assert [clock(s) for s in (0, 7.4, 750, 3723)] == ["0:00", "0:07", "12:30", "1:02:03"]
+
+
+def test_loading_announces_itself_off_a_terminal_when_asked():
+    """Bug: piped, `bench` said nothing while the models loaded. With announce, a line when loading
+    starts and one with the time it took; without (generate, explain), nothing."""
+    console = _console(False)
+    with loading_progress(console, announce="bench"):
+        pass
+    lines = console.export_text().splitlines()
+    assert lines == ["bench: loading models…", "bench: models loaded in 0:00"]
+    quiet = _console(False)
+    with loading_progress(quiet):
+        pass
+    assert quiet.export_text() == ""
 
 
 def test_resolve_source_hands_the_bars_to_snapshot_download(monkeypatch, tmp_path):

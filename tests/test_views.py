@@ -15,11 +15,12 @@ import torch
 from rich.color import ColorSystem
 from rich.console import Console
 from rich.style import Style
+from rich.text import Text
 from typer.testing import CliRunner
 
 from specli.cli import app
-from specli.events import Round, TokenKind, expected_acceptance_length
-from specli.render.explain import ExplainView, prob
+from specli.events import Round, StopReason, TokenKind, expected_acceptance_length
+from specli.render.explain import ExplainView, prob, token_label
 from specli.render.live import TokenView
 from specli.render.styles import KIND_STYLES, visible
 from specli.sampling import SamplingConfig, process_logits
@@ -153,7 +154,7 @@ def test_explain_panels_show_the_round_numbers(pair, temperature):
         text = recorded(explained.panel(r), width=200).export_text()
         assert f"drafted {len(r.drafted)} · accepted {r.accepted}" in text
         for i, token in enumerate(r.drafted):
-            assert repr(pair.tokenizer.decode([token])) in text
+            assert token_label(pair.tokenizer, token) in text
             if temperature:
                 assert prob(r.draft_probs[i]) in text and prob(r.target_probs[i]) in text
                 assert prob(r.accept_probs[i]) in text
@@ -164,11 +165,11 @@ def test_explain_panels_show_the_round_numbers(pair, temperature):
         word = "Correction" if r.kind is TokenKind.CORRECTION else "Bonus"
         if temperature == 0 and r.kind is TokenKind.CORRECTION:
             word = "Correction (the argmax)"
-            assert f"{pair.tokenizer.decode([r.target_argmax[r.accepted]])!r}" in text
+            assert token_label(pair.tokenizer, r.target_argmax[r.accepted]) in text
         if r.drafted:
-            assert f"{word}: {pair.tokenizer.decode([r.token])!r}" in text
+            assert f"{word}: {token_label(pair.tokenizer, r.token)}" in text
         else:
-            assert "No draft this round" in text and repr(pair.tokenizer.decode([r.token])) in text
+            assert "No draft this round" in text and token_label(pair.tokenizer, r.token) in text
     summary = recorded(explained.summary(), width=200).export_text()
     s = explained.stats
     assert f"accepted / drafted = {s.accepted}/{s.drafted} = {s.acceptance_rate:.3f}" in summary
@@ -367,3 +368,225 @@ def styled_cells(ansi: str) -> set[tuple[frozenset[str], tuple[int, ...] | None]
             elif code == "39":
                 fg = None
     return cells
+
+
+# --------------------------------------------------------------------------- issue 13: fit and finish
+
+CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\r")
+
+
+def live_run(pair, rounds, width=80, height=24, strategy="draft", k=3) -> tuple[str, str, TokenView]:
+    """Drive the live view on a recorded terminal of `width` x `height`; returns the text of the live
+    frames and of the final frame (escape codes removed) and the view."""
+    from specli.render.live import LiveView
+
+    console = Console(
+        file=io.StringIO(), width=width, height=height, force_terminal=True, soft_wrap=True,
+        highlight=False, color_system=None,
+    )  # fmt: skip  # the CLI's stdout console: soft_wrap as in `specli generate`
+    view = TokenView(pair.tokenizer, strategy, k)
+    with LiveView(view, console) as live:
+        for r in rounds:
+            live.round(r)
+    raw = console.file.getvalue()
+    frames, final = raw.rsplit("\x1b[?25h", 1)  # the cursor comes back when the live display stops
+    return CONTROL.sub("", frames), CONTROL.sub("", final), view
+
+
+def test_live_final_frame_says_a_stop_string_stopped_it(pair):
+    """Bug: the live view never said why it stopped (piped output did). A stop string reached after a
+    few tokens is named in the final frame, with the token count."""
+    first = pair.generate(PROMPT, max_new_tokens=12, num_draft_tokens=3)
+    stop = pair.decode(first.token_ids[:3]).strip()[:4]
+    assert stop
+    result = pair.generate(PROMPT, max_new_tokens=60, num_draft_tokens=3, stop=[stop])
+    assert result.stats.stop_reason is StopReason.STOP_STRING
+    _, final, _ = live_run(pair, result.rounds)
+    tokens = result.stats.tokens
+    assert f"stopped after {tokens} token{'s' if tokens != 1 else ''}: a stop string was generated" in final
+
+
+def test_live_final_frame_says_the_context_is_full(pair):
+    """Bug: a generation that filled the model's context ended silently in the live view."""
+    ids = pair.encode("x = 1\n" * 400)
+    ids = ids[-(pair.max_positions - 12) :]  # room for 12 new tokens, then the context is full
+    result = pair.generate(prompt_ids=ids, max_new_tokens=100, num_draft_tokens=3)
+    assert result.stats.stop_reason is StopReason.CONTEXT and result.stats.tokens == 12
+    _, final, _ = live_run(pair, result.rounds)
+    assert "stopped after 12 tokens: the model's context is full" in final
+
+
+def test_live_view_at_80_columns_shows_tok_s_and_elapsed_and_splits_no_word(pair):
+    """Bug: the status line was cut at 80-100 columns (tok/s and elapsed never visible while running)
+    and the final frame wrapped mid-word. Now the status line breaks between its parts, every frame
+    line fits 80 columns, and each word of the text stays whole."""
+    result = pair.generate(PROMPT, max_new_tokens=120, num_draft_tokens=3)
+    frames, final, view = live_run(pair, result.rounds)
+    s = view.stats
+    assert "tok/s" in frames and re.search(r"\d+\.\ds\n", frames), "tok/s / elapsed never shown live"
+    lines = final.splitlines()
+    assert max(len(line) for line in lines) <= 80, max(lines, key=len)
+    for part in (
+        f"round {s.rounds}", f"acceptance {s.acceptance_rate:.1%}",
+        f"mean acceptance length {s.mean_acceptance_length:.2f}", f"{s.tokens} tokens",
+        f"{s.tokens_per_second:.1f} tok/s", f"{s.elapsed:.1f}s", "correction (target's token at a rejection)",
+    ):  # fmt: skip
+        assert any(part in line for line in lines), part  # each on one line, never split
+    body_words = {w for line in lines for w in line.split()}
+    for word in result.text.split():
+        if len(word) <= 80:
+            assert word in body_words, word  # wrapped between words only
+
+
+def test_status_line_packs_its_parts_into_the_width():
+    """The status and the legend at 60 columns: several lines, each at most 60 wide, no part split."""
+    from specli.render.live import Packed
+
+    parts = [Text(p) for p in ("draft k=4", "round 22", "drafted 4 accepted 3", "acceptance 62.5%")]
+    parts += [Text(p) for p in ("mean acceptance length 3.21", "120 tokens", "150.7 tok/s", "0.8s")]
+    lines = recorded(Packed(parts), width=60).export_text().splitlines()
+    assert lines == [
+        "draft k=4 · round 22 · drafted 4 accepted 3",
+        "acceptance 62.5% · mean acceptance length 3.21 · 120 tokens",
+        "150.7 tok/s · 0.8s",
+    ]
+    assert recorded(Packed(parts), width=200).export_text().count("\n") == 1  # one line when it fits
+
+
+def whitespace_round(tokenizer, index=0) -> Round:
+    """A round that drafted and committed whitespace-only tokens: a newline plus indentation, a tab."""
+    newline = tokenizer("\n        ", add_special_tokens=False)["input_ids"]
+    tab = tokenizer("\t", add_special_tokens=False)["input_ids"]
+    drafted = newline + tab
+    return Round(
+        index=index, drafted=drafted, draft_probs=[1.0] * len(drafted), target_probs=[],
+        target_argmax=drafted + [drafted[0]], accept_probs=[1.0] * len(drafted), uniforms=[],
+        accepted=len(drafted), token=newline[0], kind=TokenKind.BONUS, committed=drafted + newline[:1],
+        draft_time=0, verify_time=0, elapsed=0.1, token_source=[(newline[0], 0.5)],
+    )  # fmt: skip
+
+
+def test_explain_shows_whitespace_tokens_visibly(tokenizer):
+    """Bug: whitespace-only tokens showed as blank lines (the committed line, the context) or as wide
+    blank cells. Now ↵, ⇥ and · stand for them and the panel has no blank line."""
+    explained = ExplainView(tokenizer, "draft", 3, greedy=True, prompt_ids=tokenizer("def f():")["input_ids"])
+    r = whitespace_round(tokenizer)
+    panels = [recorded(explained.panel(r), width=80).export_text() for _ in range(2)]
+    for text in panels:
+        inner = [line.strip("│╭╮╰╯─ ") for line in text.splitlines()[1:-1]]
+        assert all(inner), text  # no blank line inside the panel
+        assert "committed: ↵" in text and "⇥" in text
+        for token in r.drafted:
+            label = token_label(tokenizer, token)
+            assert label.strip("'") and not label.strip("'").isspace()  # never an empty-looking cell
+            assert label in text
+    assert "context: def f():↵" in panels[1]  # the context stays on one line
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_explain_shows_the_added_tokens_own_probability_outside_the_top(pair, temperature):
+    """Bug: the correction/bonus token's probability was shown only when it was among the top N. With
+    --top 1 it is shown for every round, and equals its probability in the whole distribution."""
+    kw = dict(max_new_tokens=40, num_draft_tokens=3, temperature=temperature, seed=5)
+    shown = list(pair.stream(PROMPT, **kw, record_top=1))
+    whole = list(pair.stream(PROMPT, **kw, record_top=1 << 20))
+    explained = ExplainView(pair.tokenizer, "draft", 3, greedy=temperature == 0, top=1)
+    outside = 0
+    for r, full in zip(shown, whole, strict=True):
+        assert r.committed == full.committed
+        text = recorded(explained.panel(r), width=200).export_text()
+        p = dict(full.token_source)[r.token]
+        if r.token != r.token_source[0][0]:
+            outside += 1
+            assert f"(probability {prob(p)}, not in the top 1)" in text, text
+        else:
+            assert f"(probability {prob(p)})" in text, text
+    assert outside >= (3 if temperature else 0)
+
+
+def test_explain_does_not_pause_when_stdout_is_not_a_terminal(monkeypatch):
+    """Bug: `explain` slept --pace seconds between rounds even when piped. time.sleep is never called
+    off a terminal; in a (forced) terminal it is, so the test can tell."""
+    import time
+
+    calls = []
+    monkeypatch.setattr(time, "sleep", lambda seconds: calls.append(seconds))
+    piped = invoke("explain", PROMPT, "--rounds", "3", "--pace", "7")
+    assert piped.exit_code == 0, piped.output
+    assert calls == []
+    forced = invoke("explain", PROMPT, "--rounds", "3", "--pace", "7", env={"FORCE_COLOR": "1"})
+    assert forced.exit_code == 0, forced.output
+    assert calls == [7.0, 7.0]
+
+
+def test_no_color_loading_bar_has_no_colour():
+    """Bug: --no-color still coloured the loading spinner and bar on stderr. In a (forced) truecolor
+    terminal the loading line is drawn, without a single colour code."""
+    env = {"FORCE_COLOR": "1", "COLORTERM": "truecolor", "COLUMNS": "100"}
+    args = ["generate", PROMPT, "--max-new-tokens", "4", "--view", "plain"]
+    coloured = invoke(*args, env=env)
+    assert "loading models" in coloured.stderr and re.search(r"\x1b\[(3[0-7]|38;)", coloured.stderr)
+    plain = invoke(*args, "--no-color", env=env)
+    assert plain.exit_code == 0, plain.output
+    assert "loading models" in plain.stderr
+    params = {n for seq in re.findall(r"\x1b\[([0-9;]*)m", plain.stderr) for n in seq.split(";")}
+    assert not params & {"38", "48", *map(str, [*range(30, 38), *range(40, 48), *range(90, 98)])}, params
+
+
+def test_counts_agree_in_number(tokenizer):
+    """Bug: "1 rounds". Every count printed by the views agrees with its number."""
+    from specli.events import Stats
+    from specli.render.plain import summary_line
+
+    stats = Stats(rounds=1, tokens=1, elapsed=0.5)
+    assert " 1 round · 1 token in " in summary_line(stats, "none")
+    r = whitespace_round(tokenizer)
+    one = Round(**{**r.__dict__, "drafted": r.drafted[:1], "accepted": 1, "committed": r.committed[:2]})
+    explained = ExplainView(tokenizer, "draft", 3, greedy=True)
+    panel = recorded(explained.panel(one), width=200).export_text()
+    assert "proposed 1 token." in panel and "1 tokens" not in panel
+    summary = recorded(explained.summary(), width=200).export_text()
+    assert "1 round · 2 tokens" in summary
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_live_view_in_an_80_column_terminal():
+    """tmux, 80 x 24: `specli generate` with a stop string. The pane shows the stop reason, tok/s and
+    the elapsed time, each whole on one screen row (nothing cut at the right edge)."""
+    command = (
+        f"{sys.executable} -m specli.cli generate 'def fibonacci(n):' --max-new-tokens 200 -k 3 "
+        "--stop 'return' --device cpu"
+    )
+    pane = run_in_tmux(command, width=80, height=24)
+    assert "specli exited 0" in pane, pane[-2000:]
+    rows = pane.splitlines()
+    assert any(re.search(r"stopped after \d+ tokens?: a stop string was generated", row) for row in rows), (
+        pane
+    )
+    assert any(re.search(r"\d+\.\d tok/s · \d+\.\ds\b", row) for row in rows), pane
+    assert any("mean acceptance length" in row for row in rows), pane
+
+
+def run_in_tmux(command: str, width: int, height: int) -> str:
+    """Run `command` in a tmux pane of its own server (truecolor, no user configuration); wait on a tmux
+    channel the pane signals when the command exits (a deadline, no sleeping); the pane's text."""
+    server, channel = f"specli-test-{os.getpid()}-{width}", f"specli-done-{os.getpid()}-{width}"
+    script = f'{command}; echo "specli exited $?"; tmux wait-for -S {channel}; tmux wait-for {channel}-never'
+    env = {**os.environ, "TERM": "xterm-256color", "COLORTERM": "truecolor"}
+    env.update(COLUMNS=str(width), LINES=str(height))
+    env.pop("NO_COLOR", None)
+    env.pop("TMUX", None)
+    tmux = ["tmux", "-L", server, "-f", os.devnull]
+    subprocess.run(
+        [*tmux, "new-session", "-d", "-x", str(width), "-y", str(height), script], env=env, check=True
+    )
+    try:
+        try:
+            subprocess.run([*tmux, "wait-for", channel], env=env, check=True, timeout=180)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the command did not finish in the terminal within 180 s")
+        return subprocess.run(
+            [*tmux, "capture-pane", "-p", "-S", "-400"], env=env, capture_output=True, text=True, check=True
+        ).stdout
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)

@@ -1,5 +1,8 @@
 """The `specli explain` view: one panel per round that walks through draft, verify and commit, and a
-closing summary with the analytic expectation of the mean acceptance length. Consumes Round events."""
+closing summary with the analytic expectation of the mean acceptance length. Consumes Round events.
+
+Whitespace is made visible (↵ newline, ⇥ tab, · space in whitespace-only tokens), so a token that is only
+whitespace is never a blank cell or a blank line, and the context stays on one line."""
 
 from __future__ import annotations
 
@@ -11,7 +14,8 @@ from rich.table import Table
 from rich.text import Text
 
 from specli.events import Round, Stats, TokenKind, expected_acceptance_length
-from specli.render.styles import KIND_STYLES, visible
+from specli.render.styles import KIND_STYLES, shown
+from specli.render.words import count, stop_text
 from specli.text import IncrementalDecoder
 
 CONTEXT_CHARS = 80
@@ -23,9 +27,18 @@ def prob(value: float) -> str:
 
 
 def token_label(tokenizer: Any, token: int) -> str:
-    """A single token as a quoted literal, e.g. '\\n    return' (special tokens by name)."""
+    """A single token, quoted, on one line with its whitespace visible: ' return', '↵    return',
+    '↵·×12' (a whitespace-only token shows every space as ·); special tokens by name."""
     text = tokenizer.decode([token], skip_special_tokens=False)
-    return repr(text)
+    label = shown(text, spaces=not text.strip())
+    quote = '"' if "'" in label and '"' not in label else "'"
+    return f"{quote}{label}{quote}"
+
+
+def piece_text(piece: str) -> str:
+    """Decoded output text on one line: ↵ and ⇥ for newlines and tabs, · for spaces when the piece is
+    only whitespace (so it is never blank)."""
+    return shown(piece, spaces=not piece.strip())
 
 
 class ExplainView:
@@ -46,7 +59,7 @@ class ExplainView:
         self.greedy = greedy
         self.top = top
         self.decoder = IncrementalDecoder(tokenizer)
-        self.text = Text(visible(self.decoder.push(list(prompt_ids or []))), "dim")  # the prompt, as context
+        self.text = Text(shown(self.decoder.push(list(prompt_ids or []))), "dim")  # the prompt, as context
         self.stats = Stats()
 
     def _label(self, token: int) -> str:
@@ -65,11 +78,13 @@ class ExplainView:
             )
         if self.strategy == "self":
             return Text(
-                f"self: the target's first {info.get('exit_layer', '?')} layers + its LM head drafted."
+                f"self: the target's first {count(info['exit_layer'], 'layer')} + its LM head drafted."
+                if isinstance(info.get("exit_layer"), int)
+                else "self: the target's first layers + its LM head drafted."
             )
         if self.strategy == "none":
             return Text("plain decoding: no draft; the target adds one token.")
-        return Text(f"draft: the drafter model proposed {len(r.drafted)} tokens.")
+        return Text(f"draft: the drafter model proposed {count(len(r.drafted), 'token')}.")
 
     def _draft_table(self, r: Round) -> Table:
         table = Table(box=None, pad_edge=False, header_style="bold")
@@ -108,6 +123,16 @@ class ExplainView:
         entries = r.token_source[: self.top]
         return ", ".join(f"{self._label(t)} {prob(p)}" for t, p in entries)
 
+    def _own(self, r: Round) -> str:
+        """The added token's own probability in the distribution it came from, saying so when it is not
+        among the top entries shown (the engine records it even then); "" when not recorded."""
+        probability = dict(r.token_source).get(r.token)
+        if probability is None:
+            return ""
+        shown_top = [t for t, _ in r.token_source[: self.top]]
+        outside = "" if r.token in shown_top else f", not in the top {self.top}"
+        return f" (probability {prob(probability)}{outside})"
+
     def _outcome(self, r: Round) -> Text:
         token = self._label(r.token)
         style = KIND_STYLES[r.kind]
@@ -128,6 +153,7 @@ class ExplainView:
                     out.append(f"; its top entries: {self._top(r)}")
                 out.append(".\nCorrection: ")
             out.append(token, style)
+            out.append(self._own(r))
         elif r.drafted:
             out.append(
                 f"All {len(r.drafted)} drafts accepted, so the target's distribution at position "
@@ -137,11 +163,13 @@ class ExplainView:
                 out.append(f"; its top entries: {self._top(r)}")
             out.append(".\nBonus: ")
             out.append(token, style)
+            out.append(self._own(r))
         else:
             out.append("No draft this round: the target's next token (a bonus) ")
             if r.token_source:
                 out.append(f"from its top entries {self._top(r)}: ")
             out.append(token, style)
+            out.append(self._own(r))
         return out
 
     def panel(self, r: Round) -> Panel:
@@ -152,8 +180,8 @@ class ExplainView:
         for token, kind in zip(r.committed, r.committed_kinds, strict=True):
             piece = self.decoder.push([token])
             if piece:
-                committed.append(visible(piece), KIND_STYLES[kind])
-        self.text.append_text(committed)
+                committed.append(piece_text(piece), KIND_STYLES[kind])
+                self.text.append(shown(piece), KIND_STYLES[kind])
         parts: list[Any] = [
             Text.assemble(
                 ("context: ", "dim"), ("…" if len(self.text) > CONTEXT_CHARS else "", "dim"), context
@@ -167,14 +195,15 @@ class ExplainView:
             Text.assemble(("committed: ", "bold"), committed or Text("(incomplete character)", "dim"))
         )
         if r.stop is not None:
-            parts.append(Text(f"stop: {r.stop.value}", "dim"))
+            parts.append(Text(stop_text(r.stop, self.stats.tokens) or "", "bold"))
         title = f"round {r.index + 1} · drafted {len(r.drafted)} · accepted {r.accepted}"
         return Panel(Group(*parts), title=title, title_align="left")
 
     def summary(self) -> Panel:
         s = self.stats
         lines = [
-            f"rounds {s.rounds} · tokens {s.tokens} · mean acceptance length {s.mean_acceptance_length:.2f}"
+            f"{count(s.rounds, 'round')} · {count(s.tokens, 'token')} · mean acceptance length "
+            f"{s.mean_acceptance_length:.2f}"
         ]
         if s.drafted:
             alpha = s.accept_prob

@@ -1,20 +1,72 @@
 """The live terminal view of `specli generate`: committed text coloured by token kind, the current
-round's rejected drafts struck through, a status line and a legend. Consumes Round events only."""
+round's rejected drafts struck through, a status line and a legend; the final frame says why generation
+stopped. Every line fits the terminal's width: the status line and the legend break between their parts
+(never inside one), the text wraps between words. Consumes Round events only."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from rich.console import Console, Group
+from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.live import Live
+from rich.measure import Measurement
+from rich.segment import Segment
 from rich.text import Text
 
 from specli.events import Round, Stats, TokenKind
 from specli.render.plain import strategy_label
-from specli.render.styles import KIND_STYLES, legend, visible
+from specli.render.styles import KIND_LABELS, KIND_STYLES, visible
+from specli.render.words import count, stop_text
 from specli.text import IncrementalDecoder, continuation_text
 
 CONTEXT_IDS = 8  # committed ids decoded before rejected drafts, for leading spaces and merges
+
+
+class Packed:
+    """Parts on as few lines as the width allows, joined by `separator`; a line breaks only between two
+    parts, so no number or word is ever cut or split (a part wider than the line wraps on its own)."""
+
+    def __init__(self, parts: Iterable[Text], separator: str = " · ", style: str = "") -> None:
+        self.parts = [p for p in parts if p]
+        self.separator = separator
+        self.style = style
+
+    def lines(self, width: int) -> list[Text]:
+        lines: list[Text] = []
+        line = Text(style=self.style)
+        for part in self.parts:
+            if line and line.cell_len + len(self.separator) + part.cell_len > width:
+                lines.append(line)
+                line = Text(style=self.style)
+            if line:
+                line.append(self.separator)
+            line.append_text(part)
+        return [*lines, line]
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield from self.lines(options.max_width)
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        widest = max((p.cell_len for p in self.parts), default=0)
+        return Measurement(widest, self.lines(1 << 30)[0].cell_len)
+
+
+class Frame:
+    """The body above a footer (status, stop reason, legend); with `height`, only the body's last lines
+    that leave room for the whole footer, counted after wrapping at the console's width."""
+
+    def __init__(self, body: Text, footer: list[Any], height: int | None = None) -> None:
+        self.body, self.footer, self.height = body, footer, height
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        footer = console.render_lines(Group(*self.footer), options, pad=False)
+        body = console.render_lines(self.body, options, pad=False)
+        if self.height is not None:
+            body = body[-max(1, self.height - len(footer)) :]
+        for line in [*body, *footer]:
+            yield from line
+            yield Segment.line()
 
 
 class TokenView:
@@ -30,6 +82,7 @@ class TokenView:
         self.last: Round | None = None
         self._rejected = Text()
         self._split = 0  # where the rejected drafts sit in self.text: before the last correction
+        self.interrupted = False  # set when Ctrl-C stopped generation: the final frame says so
 
     def add(self, r: Round) -> None:
         self.stats.observe(r)
@@ -60,30 +113,42 @@ class TokenView:
             return self.text.copy()
         return Text.assemble(self.text[: self._split], self._rejected, self.text[self._split :])
 
-    def status(self) -> Text:
+    def status(self) -> Packed:
+        """Strategy, round, this round's drafts, acceptance, mean acceptance length, tokens, tok/s and
+        elapsed, broken into lines between parts to fit the width."""
         s, r = self.stats, self.last
-        parts = [strategy_label(self.strategy, self.k)]
-        parts.append(f"round {s.rounds}")
+        parts = [strategy_label(self.strategy, self.k), f"round {s.rounds}"]
         if r is not None and self.strategy != "none":
             parts.append(f"drafted {len(r.drafted)} accepted {r.accepted}")
         if s.drafted:
             parts.append(f"acceptance {s.acceptance_rate:.1%}")
         parts.append(f"mean acceptance length {s.mean_acceptance_length:.2f}")
-        parts.append(f"{s.tokens} tokens · {s.tokens_per_second:.1f} tok/s · {s.elapsed:.1f}s")
-        return Text(" · ".join(parts), style="bold")
+        parts += [count(s.tokens, "token"), f"{s.tokens_per_second:.1f} tok/s", f"{s.elapsed:.1f}s"]
+        return Packed((Text(p) for p in parts), style="bold")
 
-    def legend(self) -> Text:
+    def stop_line(self) -> Text | None:
+        """Why generation ended ('stopped after 3 tokens: a stop string was generated'), once it has."""
+        text = stop_text(self.stats.stop_reason, self.stats.tokens, self.interrupted)
+        return Text(text, style="bold") if text else None
+
+    def legend(self) -> Packed:
         if self.strategy == "none":
-            return Text.assemble(("plain decoding: ", "dim"), legend((TokenKind.BONUS,)))
-        return legend((TokenKind.ACCEPTED, TokenKind.REJECTED, TokenKind.CORRECTION, TokenKind.BONUS))
+            kinds: tuple[TokenKind, ...] = (TokenKind.BONUS,)
+            head = [Text("plain decoding:", "dim")]
+        else:
+            kinds = (TokenKind.ACCEPTED, TokenKind.REJECTED, TokenKind.CORRECTION, TokenKind.BONUS)
+            head = []
+        return Packed([*head, *(Text(KIND_LABELS[k], KIND_STYLES[k]) for k in kinds)], separator="  ")
 
-    def renderable(self, max_lines: int | None = None) -> Group:
-        body = self.body()
-        if max_lines is not None:
-            lines = body.split("\n", allow_blank=True)
-            if len(lines) > max_lines:
-                body = Text("\n").join(lines[-max_lines:])
-        return Group(body, Text(""), self.status(), self.legend())
+    def renderable(self, max_lines: int | None = None) -> Frame:
+        """The frame: body, a blank line, status, the stop reason (once stopped) and the legend. With
+        `max_lines`, the whole frame is at most that many lines (the body's tail is kept)."""
+        footer: list[Any] = [Text(""), self.status()]
+        stop = self.stop_line()
+        if stop is not None:
+            footer.append(stop)
+        footer.append(self.legend())
+        return Frame(self.body(), footer, max_lines)
 
 
 class LiveView:
@@ -94,9 +159,8 @@ class LiveView:
         self.console = console
         self._live = Live(console=console, auto_refresh=False, transient=True, get_renderable=self._window)
 
-    def _window(self) -> Group:
-        height = self.console.size.height
-        return self.view.renderable(max_lines=max(3, height - 4))
+    def _window(self) -> Frame:
+        return self.view.renderable(max_lines=max(3, self.console.size.height - 1))
 
     def __enter__(self) -> LiveView:
         self._live.start()
@@ -109,4 +173,4 @@ class LiveView:
     def __exit__(self, *exc: object) -> None:
         self.view.finish()
         self._live.stop()
-        self.console.print(self.view.renderable())
+        self.console.print(self.view.renderable(), soft_wrap=False)  # wrapped between words

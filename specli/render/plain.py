@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, TextIO
 
 from specli.events import Round, Stats
+from specli.render.words import count
 from specli.text import IncrementalDecoder
 
 
@@ -13,15 +14,19 @@ def strategy_label(strategy: str, k: int | None = None) -> str:
     return strategy + (f" k={k}" if k and strategy != "none" else "")
 
 
-def summary_line(stats: Stats, strategy: str, k: int | None = None) -> str:
-    """One line: rounds, acceptance rate, mean acceptance length, tokens/s."""
-    parts = [strategy_label(strategy, k), f"{stats.rounds} rounds"]
+def summary_line(stats: Stats, strategy: str, k: int | None = None, exit_layer: int | None = None) -> str:
+    """One line: rounds, acceptance rate, mean acceptance length, tokens/s (and `self`'s exit layer)."""
+    label = strategy_label(strategy, k)
+    if strategy == "self" and exit_layer is not None:
+        label += f" exit layer {exit_layer}"
+    parts = [label, count(stats.rounds, "round")]
     if stats.drafted:
         parts += [
             f"acceptance {stats.acceptance_rate:.1%} ({stats.accepted}/{stats.drafted})",
             f"mean acceptance length {stats.mean_acceptance_length:.2f}",
         ]
-    parts.append(f"{stats.tokens} tokens in {stats.elapsed:.2f}s = {stats.tokens_per_second:.1f} tok/s")
+    tokens = count(stats.tokens, "token")
+    parts.append(f"{tokens} in {stats.elapsed:.2f}s = {stats.tokens_per_second:.1f} tok/s")
     if stats.stop_reason is not None:
         parts.append(f"stop: {stats.stop_reason.value}")
     return " · ".join(parts)

@@ -2,12 +2,18 @@
 
 `loading_progress` is the one live display while models load: a spinner line plus, when huggingface_hub
 downloads, its bars as tasks of the same Rich `Progress` (through `tqdm_for`), so two live displays never
-fight over the terminal.
+fight over the terminal. `Counted` is work in stages of counted units (bench: warm-up, measured runs,
+transformers' runs): each stage shows its count and the time it has left, estimated from its own units
+so far (before the first one, from the previous stage's when the stage says it is alike).
+
+Colours follow the console: a console made with no_color=True (`--no-color`, NO_COLOR) draws the bars
+and spinners without colour.
 """
 
 from __future__ import annotations
 
 import io
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -22,10 +28,11 @@ from rich.progress import (
     SpinnerColumn,
     Task,
     TextColumn,
-    TimeRemainingColumn,
 )
 from rich.text import Text
 from tqdm.std import tqdm
+
+from specli.render.words import count as plural
 
 PLAIN_STEPS = 4  # off a terminal, a byte bar prints a line at every quarter of its total
 
@@ -105,29 +112,94 @@ def tqdm_for(progress: Progress, label: str = "") -> type[tqdm]:
 
 
 @contextmanager
-def loading_progress(console: Console, message: str = "loading models…") -> Iterator[Callable[[str], type]]:
+def loading_progress(
+    console: Console, message: str = "loading models…", announce: str | None = None
+) -> Iterator[Callable[[str], type]]:
     """A spinner line for `message` while the block runs; yields `bars(label) -> tqdm class` for
-    downloads, whose bars join the same display."""
+    downloads, whose bars join the same display. Off a terminal, with `announce` (e.g. "bench"), a line
+    when loading starts and one with the time it took, so a piped log shows the stage."""
+    plain = announce is not None and not console.is_terminal
+    start = time.monotonic()
+    if plain:
+        _print(console, f"{announce}: {message}")
     with new_progress(console) as progress:
         progress.add_task(message, total=None)
         yield lambda label: tqdm_for(progress, label)
+    if plain:
+        _print(console, f"{announce}: models loaded in {clock(time.monotonic() - start)}")
+
+
+def clock(seconds: float) -> str:
+    """'0:07', '12:30', '1:02:03' (whole seconds)."""
+    minutes, secs = divmod(int(max(0.0, seconds) + 0.5), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def time_left(
+    done: float, total: float | None, elapsed: float, per_unit: float | None = None
+) -> float | None:
+    """Seconds left: the stage's own mean time per unit so far times the units left; before the first
+    unit, `per_unit` (a similar earlier stage's) times the units left, less the time already spent;
+    None when there is nothing to go on."""
+    if total is None:
+        return None
+    if done > 0:
+        return elapsed / done * max(0.0, total - done)
+    if per_unit is not None:
+        return max(0.0, per_unit * total - elapsed)
+    return None
+
+
+class EstimateColumn(ProgressColumn):
+    """'about 1:30 left' from the task's own pace (Rich's TimeRemainingColumn needs two updates within
+    30 s, so it shows -:--:-- whenever a unit takes longer); the time taken once the task is done."""
+
+    max_refresh = 0.5
+
+    def render(self, task: Task) -> Text:
+        elapsed = task.elapsed or 0.0
+        if task.finished:
+            return Text(f"took {clock(elapsed)}", style="progress.elapsed")
+        left = time_left(task.completed, task.total, elapsed, task.fields.get("per_unit"))
+        if left is None:
+            return Text("estimating…", style="progress.remaining")
+        return Text(f"about {clock(left)} left", style="progress.remaining")
 
 
 class Counted:
-    """Counted work (`with Counted(console, "bench", 12) as c: c.advance()`): a Rich bar with the count and
-    the time left in a terminal; off one, '<what>: 3/12' at every tenth and a line per `stage`."""
+    """Counted work in stages (`with Counted(console, "bench") as c: c.stage("warm-up", 4); c.advance()`).
 
-    def __init__(self, console: Console, what: str, total: int, steps: int = 10) -> None:
-        self.console, self.what, self.total, self.steps = console, what, total, steps
+    In a terminal: a Rich bar with the stage, its count and the time it has left. Off one: a line when a
+    stage starts (its count, and an estimate when a similar stage came before), then '<what>: <stage>:
+    3/12 runs · about 0:40 left' at every tenth, and the time the stage took at its end. `clock` is the
+    time source (tests pass a fake one)."""
+
+    def __init__(
+        self,
+        console: Console,
+        what: str,
+        total: int | None = None,
+        steps: int = 10,
+        unit: str = "run",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.console, self.what, self.steps, self.unit, self.clock = console, what, steps, unit, clock
+        self.description = ""  # the current stage ("" before the first)
+        self.total = total
         self.done = self.shown = 0
+        self.started = clock()
+        self.per_unit: float | None = None  # the last finished stage's seconds per unit
+        self._hint: float | None = None  # the current stage's estimate before its first unit
         self.progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
-            TimeRemainingColumn(),
+            EstimateColumn(),
             console=console,
             transient=True,
             disable=not console.is_terminal,
+            get_time=clock,
         )
         self.task = self.progress.add_task(what, total=total)
 
@@ -136,21 +208,56 @@ class Counted:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._finish_stage()
         self.progress.stop()
 
-    def advance(self) -> None:
-        self.done += 1
-        self.progress.advance(self.task)
-        step = self.done * self.steps // max(self.total, 1)
-        if not self.console.is_terminal and (step > self.shown or self.done == self.total):
-            self.shown = step
-            self._line(f"{self.what}: {self.done}/{self.total}")
-
-    def stage(self, description: str) -> None:
-        """A new stage of the same work (the bar's label; a line of its own off a terminal)."""
-        self.progress.update(self.task, description=description)
+    def stage(self, description: str, total: int | None = None, similar: bool = False) -> None:
+        """Start a stage of `total` units (None: uncounted). `similar`: its units cost about what the
+        previous stage's did, so that stage's pace estimates this one until its first unit is done."""
+        self._finish_stage()
+        self.description, self.total = description, total
+        self.done = self.shown = 0
+        self.started = self.clock()
+        self._hint = self.per_unit if similar else None
+        self.progress.reset(
+            self.task,
+            total=total,
+            completed=0,
+            description=f"{self.what}: {description}",
+            per_unit=self._hint,
+        )
         if not self.console.is_terminal:
-            self._line(f"{self.what}: {description}")
+            count = f": {plural(total, self.unit)}" if total is not None else ""
+            left = time_left(0, total, 0.0, self._hint)
+            estimate = f", about {clock(left)} (at the previous stage's pace)" if left is not None else ""
+            self._line(f"{self.what}: {description}{count}{estimate}")
+
+    def advance(self, n: int = 1) -> None:
+        """`n` more units of the current stage are done."""
+        if n <= 0:
+            return
+        self.done += n
+        self.progress.advance(self.task, n)
+        if self.console.is_terminal or self.total is None:
+            return
+        step = self.done * self.steps // max(self.total, 1)
+        if step > self.shown or self.done >= self.total:
+            self.shown = step
+            elapsed = self.clock() - self.started
+            if self.done >= self.total:
+                tail = f"took {clock(elapsed)}"
+            else:
+                tail = f"about {clock(time_left(self.done, self.total, elapsed) or 0.0)} left"
+            stage = f"{self.description}: " if self.description else ""
+            self._line(f"{self.what}: {stage}{self.done}/{plural(self.total, self.unit)} · {tail}")
+
+    def _finish_stage(self) -> None:
+        if self.done:
+            self.per_unit = (self.clock() - self.started) / self.done
 
     def _line(self, text: str) -> None:
-        self.console.print(text, markup=False, highlight=False)
+        _print(self.console, text)
+
+
+def _print(console: Console, text: str) -> None:
+    console.print(text, markup=False, highlight=False)

@@ -3,6 +3,8 @@ vision deficiencies), and every kind also differs by text style, so NO_COLOR out
 
 from __future__ import annotations
 
+import re
+
 from rich.style import Style
 from rich.text import Text
 
@@ -36,3 +38,22 @@ def legend(kinds: tuple[TokenKind, ...] = tuple(TokenKind)) -> Text:
 def visible(piece: str) -> str:
     """Token text as shown inline: newlines and tabs stay, other control characters become escapes."""
     return "".join(c if c in "\n\t" or c.isprintable() else repr(c)[1:-1] for c in piece)
+
+
+SYMBOLS = {"\n": "↵", "\t": "⇥", "\r": "␍"}
+LONG_RUN = 5  # a run of this many spaces or more is shown as '·×N'
+
+
+def shown(piece: str, spaces: bool = False) -> str:
+    """Token text on one line, whitespace made visible: newline ↵, tab ⇥, and with `spaces` each space
+    as · (a run of LONG_RUN or more as '·×N'); other control characters become escapes. For whitespace
+    that would otherwise be a blank line or an invisible column entry (explain)."""
+    out = "".join(SYMBOLS.get(c) or (c if c.isprintable() else repr(c)[1:-1]) for c in piece)
+    if not spaces:
+        return out
+    parts = []
+    for chunk in re.split(r"( +)", out):
+        if chunk.startswith(" "):
+            chunk = f"·×{len(chunk)}" if len(chunk) >= LONG_RUN else "·" * len(chunk)
+        parts.append(chunk)
+    return "".join(parts)

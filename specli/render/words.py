@@ -1,0 +1,30 @@
+"""Small wording helpers shared by every view: counts with the right plural, and why generation stopped."""
+
+from __future__ import annotations
+
+from specli.events import StopReason
+
+
+def count(n: int, singular: str, plural: str | None = None) -> str:
+    """'1 round', '3 rounds', '0 rounds' (plural: the irregular form, default singular + 's')."""
+    return f"{n} {singular if n == 1 else plural or singular + 's'}"
+
+
+STOP_REASONS: dict[str, str] = {
+    StopReason.EOS.value: "the model ended the text (end-of-sequence token)",
+    StopReason.STOP_STRING.value: "a stop string was generated",
+    StopReason.MAX_NEW_TOKENS.value: "the --max-new-tokens limit was reached",
+    StopReason.CONTEXT.value: "the model's context is full",
+    "interrupted": "interrupted (Ctrl-C)",
+}
+
+
+def stop_text(reason: StopReason | str | None, tokens: int, interrupted: bool = False) -> str | None:
+    """'stopped after 3 tokens: a stop string was generated' (None when there is nothing to say)."""
+    if interrupted:
+        reason = "interrupted"
+    if reason is None:
+        return None
+    key = reason.value if isinstance(reason, StopReason) else str(reason)
+    why = STOP_REASONS.get(key, key.replace("_", " "))
+    return f"stopped after {count(tokens, 'token')}: {why}"
