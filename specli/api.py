@@ -4,7 +4,8 @@ import specli
 pair = specli.load("llama-8b-1b")               # or load(target="./my-model", draft="./small")
 result = pair.generate("def fibonacci(n):", max_new_tokens=64)
 print(result.text, result.stats.acceptance_rate)
-for round in pair.stream("Hello", temperature=0.7, seed=1): ...
+for round in pair.stream("Hello", temperature=0.7, seed=1):
+    print(round.text, end="")                   # what the round added; round.committed: its ids
 settings = pair.settings(temperature=0.7, seed=1)  # the same settings, resolved once (specli.settings)
 pair.generate("Hello", settings=settings)
 
@@ -15,6 +16,7 @@ tokenizers only) -> plan (memory and GPUs, `specli.plan`) -> weights.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -42,6 +44,8 @@ from specli.settings import (
     settings_from,
 )
 from specli.stopping import StopCriteria
+from specli.text import IncrementalDecoder
+from specli.threads import AUTO, apply_threads
 
 DEFAULT_PRESET = "tiny"
 
@@ -117,6 +121,15 @@ class Pair:
         self.draft_max_positions = loading.model_max_positions(draft_model) if self.draft else None
         self.eos_ids = loading.eos_token_ids(target_model, tokenizer)
         self.max_positions = loading.model_max_positions(target_model)
+
+    def __repr__(self) -> str:
+        parts = [f"target={self.target_name!r}"]
+        if self.draft_name is not None:
+            parts.append(f"draft={self.draft_name!r}")
+        if self.head_name is not None:
+            parts.append(f"head={self.head_name!r}")
+        parts += [f"strategy={self.strategy!r}", f"device={self.target.device}"]
+        return f"Pair({', '.join(parts)})"
 
     # --- text <-> ids -------------------------------------------------------------------------
     def uses_chat(self, chat: bool | None = None) -> bool:
@@ -210,6 +223,10 @@ class Pair:
     ) -> Iterator[Round]:
         """Yield one Round per target forward. `prompt_ids` bypasses tokenization and chat templates.
 
+        Each round's `text` is what it adds to the output text: joined, the rounds' texts are
+        `decode(all committed ids)` (Result.text). A character whose bytes span two rounds appears in the
+        round that completes it.
+
         `settings` (default: `self.settings()`) with keyword overrides on top: max_new_tokens,
         temperature, top_k, top_p, seed, num_draft_tokens, stop, chat, strategy, exit_layer, ngram_min,
         ngram_max (None = unset). Bad values raise UsageError here, before the first round. Each call
@@ -227,7 +244,17 @@ class Pair:
         )
         drafter = self._drafter(settings, len(ids) + settings.max_new_tokens + settings.num_draft_tokens)
         criteria = StopCriteria(self.eos_ids, settings.stop, self.decode)
-        return generate_rounds(self.target, drafter, ids, config, criteria, self.max_positions)
+        rounds = generate_rounds(self.target, drafter, ids, config, criteria, self.max_positions)
+        return self._with_text(rounds)
+
+    def _with_text(self, rounds: Iterator[Round]) -> Iterator[Round]:
+        """The engine's rounds with `text` filled in (the engine itself never decodes)."""
+        decoder = IncrementalDecoder(self.tokenizer)
+        for r in rounds:
+            text = decoder.push(r.committed)
+            if r.stop is not None:
+                text += decoder.flush()
+            yield replace(r, text=text)
 
     def prompt_ids(
         self, prompt: str | None = None, *, prompt_ids: Sequence[int] | None = None, chat: bool | None = None
@@ -310,6 +337,8 @@ def load(
     allow_pickle: bool = False,
     trust_remote_code: bool = False,
     download_bars: Callable[[str], Any] | None = None,
+    threads: int | str | None = AUTO,
+    progress: bool = False,
 ) -> Pair:
     """Load a pair from a preset (name, path or Preset) and/or explicit models; explicit arguments win.
 
@@ -321,14 +350,23 @@ def load(
     shapes are checked before any weights load. download_bars(model) may return a tqdm class for
     huggingface_hub's download bars. With device "auto" and several GPUs, a target too big for the
     first GPU is split over as few GPUs as hold it (see `placement`), the drafter beside its LM head.
+
+    `threads` sets torch's CPU threads for the process (torch.set_num_threads): a number, "auto" (the
+    cores the load average leaves free, `specli.threads.auto_threads`; torch's default threads collapse
+    when another process keeps the CPU busy) or None (leave torch's setting alone). `progress=True` shows
+    transformers' and huggingface_hub's own progress bars while loading; by default they stay quiet
+    (download_bars, when given, draws the downloads either way).
     """
     spec = preset_for(preset, target=target, draft=draft, strategy=strategy)
     wanted = _sources(spec, target=target, draft=draft, strategy=strategy, dtype=dtype, quant=quant)
     dev = loading.resolve_device(device)
+    apply_threads(threads)
     fetcher = _Fetcher(allow_pickle, trust_remote_code, download_bars)
-    models, tokenizer, head = _fetch_and_check(wanted, fetcher)
-    placement = plan.plan_pair(models, dev, device, trust_remote_code)
-    target_model, draft_model = _load_weights(models, placement, dev, fetcher)
+    with _progress_bars(progress, hub=download_bars is None):
+        models, tokenizer, head = _fetch_and_check(wanted, fetcher)
+        placement = plan.plan_pair(models, dev, device, trust_remote_code)
+        target_model, draft_model = _load_weights(models, placement, dev, fetcher)
+        head_model = _load_head(head, target_model, fetcher) if head is not None else None
     return Pair(
         target_model,
         tokenizer,
@@ -339,9 +377,29 @@ def load(
         generation=spec.generation if spec else None,
         speculation=spec.speculation if spec else None,
         placement=placement,
-        head=_load_head(head, target_model, fetcher) if head is not None else None,
+        head=head_model,
         head_name=head.name if head is not None else None,
     )
+
+
+@contextmanager
+def _progress_bars(on: bool, hub: bool) -> Iterator[None]:
+    """transformers' "Loading weights" bars (and, when `hub`, huggingface_hub's download bars) on or off
+    for the block, then as they were."""
+    from huggingface_hub import utils as hub_utils
+    from transformers.utils import logging as hf_logging
+
+    def set_bars(transformers_on: bool, hub_on: bool | None) -> None:
+        (hf_logging.enable_progress_bar if transformers_on else hf_logging.disable_progress_bar)()
+        if hub_on is not None:
+            (hub_utils.enable_progress_bars if hub_on else hub_utils.disable_progress_bars)()
+
+    before = (hf_logging.is_progress_bar_enabled(), not hub_utils.are_progress_bars_disabled())
+    set_bars(on, on if hub else None)
+    try:
+        yield
+    finally:
+        set_bars(before[0], before[1] if hub else None)
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,12 @@ Each command gathers its options into groups (`ModelOptions`: which models and h
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
@@ -31,12 +33,14 @@ from specli.errors import SpecliError, UsageError
 from specli.events import Stats
 from specli.memory import PLAN_CONTEXT, human, preset_estimate
 from specli.presets import available_presets, load_preset_file, preset_to_dict, resolve_preset
+from specli.prompt_input import StepKeys, check_text, read_prompt
 from specli.render.bench import bench_view
 from specli.render.explain import ExplainView
 from specli.render.live import LiveView, TokenView
 from specli.render.plain import PlainWriter, summary_line
 from specli.render.progress import Counted, loading_progress
 from specli.settings import Settings, check_strategy, resolve_settings
+from specli.threads import AUTO, parse_threads, use_passive_wait
 
 if TYPE_CHECKING:
     from specli.api import Pair
@@ -62,8 +66,8 @@ DebugOpt = Annotated[bool, typer.Option("--debug", help="Show full tracebacks on
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")]
 
 
-def _stderr() -> Console:
-    return Console(stderr=True, highlight=False, soft_wrap=True)
+def _stderr(no_color: bool = False) -> Console:
+    return Console(stderr=True, highlight=False, soft_wrap=True, no_color=no_color or None)
 
 
 @contextmanager
@@ -74,6 +78,11 @@ def _user_errors(debug: bool) -> Iterator[None]:
         yield
     except (typer.Exit, typer.Abort):
         raise
+    except KeyboardInterrupt:  # Ctrl-C while starting up (imports, loading) or outside a generation loop
+        if debug:
+            raise
+        _stderr().print("interrupted.", markup=False)
+        raise typer.Exit(130) from None
     except SpecliError as e:
         if debug:
             raise
@@ -114,12 +123,21 @@ def _quiet_transformers() -> None:
     hf_logging.disable_progress_bar()
 
 
-def _read_prompt(prompt: str) -> str:
-    """'-' reads stdin (one trailing newline, as `echo` adds, is dropped)."""
-    if prompt == "-":
-        text = sys.stdin.read()
-        return text[:-1] if text.endswith("\n") else text
-    return prompt
+def _tiny_default(field: str) -> str:
+    """ "Default: the preset's (tiny: 4)." for --help: the value the default preset gives, and where it
+    comes from (read from the preset itself, so the help cannot drift from it)."""
+    settings = _tiny_settings()
+    if settings is None:
+        return " Default: the preset's."
+    return f" Default: the preset's (tiny: {getattr(settings, field)})."
+
+
+@functools.cache
+def _tiny_settings() -> Settings | None:
+    try:
+        return resolve_settings(resolve_preset("tiny"))
+    except SpecliError:
+        return None
 
 
 PresetOpt = Annotated[
@@ -149,13 +167,26 @@ ExitLayerOpt = Annotated[
 NgramMinOpt = Annotated[int | None, typer.Option(help="lookup: shortest n-gram to match (default 1).")]
 NgramMaxOpt = Annotated[int | None, typer.Option(help="lookup: longest n-gram to match (default 3).")]
 DraftTokensOpt = Annotated[
-    int | None, typer.Option("--num-draft-tokens", "-k", help="Tokens drafted per round (k).")
+    int | None,
+    typer.Option(
+        "--num-draft-tokens", "-k", help="Tokens drafted per round (k)." + _tiny_default("num_draft_tokens")
+    ),
 ]
-MaxNewOpt = Annotated[int | None, typer.Option(help="Most tokens to generate.")]
-TemperatureOpt = Annotated[float | None, typer.Option(help="0 = greedy; > 0 samples.")]
-TopKOpt = Annotated[int | None, typer.Option(help="Keep the k most likely tokens (0 = off).")]
-TopPOpt = Annotated[float | None, typer.Option(help="Nucleus sampling mass in (0, 1] (1 = off).")]
-SeedOpt = Annotated[int | None, typer.Option(help="Seed for reproducible sampling.")]
+MaxNewOpt = Annotated[
+    int | None, typer.Option(help="Most tokens to generate." + _tiny_default("max_new_tokens"))
+]
+TemperatureOpt = Annotated[
+    float | None, typer.Option(help="0 = greedy; > 0 samples." + _tiny_default("temperature"))
+]
+TopKOpt = Annotated[
+    int | None,
+    typer.Option(help="Keep the k most likely tokens (0 = off; sampling only)." + _tiny_default("top_k")),
+]
+TopPOpt = Annotated[
+    float | None,
+    typer.Option(help="Nucleus sampling mass in (0, 1] (1 = off; sampling only)." + _tiny_default("top_p")),
+]
+SeedOpt = Annotated[int | None, typer.Option(help="Seed for reproducible sampling (sampling only).")]
 StopOpt = Annotated[list[str] | None, typer.Option(help="Stop after this string (repeatable).")]
 DeviceOpt = Annotated[
     str,
@@ -177,14 +208,33 @@ NoColorOpt = Annotated[bool, typer.Option("--no-color", help="No colours (styles
 SaveOpt = Annotated[
     str | None, typer.Option(help="Also write what the view showed to FILE (.svg or .html).", metavar="FILE")
 ]
+ThreadsOpt = Annotated[
+    str,
+    typer.Option(
+        help="CPU threads for torch: a number, or auto (the cores other processes leave free, by the load "
+        "average; idle OpenMP threads sleep instead of spinning unless OMP_WAIT_POLICY is set).",
+        metavar="N|auto",
+    ),
+]
 VIEWS = ("live", "plain", "none")
 
 
 def _check_save(save: str | None) -> None:
-    if save is not None and not save.lower().endswith((".svg", ".html", ".htm")):
+    """Before anything loads: a format we can write, into a folder that exists."""
+    if save is None:
+        return
+    if not save.lower().endswith((".svg", ".html", ".htm")):
         raise UsageError(
             f"cannot tell the format of '{save}'.", "Give --save a file ending in .svg or .html."
         )
+    folder = Path(save).expanduser().parent
+    if not folder.is_dir():
+        raise UsageError(
+            f"cannot save to '{save}': the folder '{folder}' does not exist.",
+            "Create it first, or give --save a path in an existing folder.",
+        )
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f"cannot save to '{save}': the folder '{folder}' is not writable.")
 
 
 @dataclass(frozen=True)
@@ -201,6 +251,7 @@ class ModelOptions:
     quant: str | None = None
     allow_pickle: bool = False
     trust_remote_code: bool = False
+    threads: int | str | None = AUTO
 
 
 @dataclass(frozen=True)
@@ -223,18 +274,46 @@ class GenerationOptions:
         """As keyword arguments for `resolve_settings` / `Pair.settings`."""
         return dataclasses.asdict(self)
 
+    def check_text(self) -> None:
+        """Stop strings given as arguments must be UTF-8 (argv's undecodable bytes arrive as surrogates)."""
+        for stop in self.stop or ():
+            check_text(stop, "--stop")
 
-def _load(models: ModelOptions, options: GenerationOptions) -> tuple[Pair, Settings]:
+
+def _greedy_note(options: GenerationOptions, settings: Settings) -> None:
+    """One line when sampling options were given but decoding is greedy (they would do nothing)."""
+    given = [name for name in ("top_k", "top_p", "seed") if getattr(options, name) is not None]
+    if settings.greedy and given:
+        names = ", ".join("--" + name.replace("_", "-") for name in given)
+        _stderr().print(
+            f"note: {names} only affect sampling; decoding is greedy (temperature 0). "
+            "Add --temperature T (> 0) to sample.",
+            markup=False,
+        )
+
+
+def _load(
+    models: ModelOptions,
+    options: GenerationOptions,
+    note_greedy: bool = True,
+    no_color: bool = False,
+    announce: str | None = None,
+) -> tuple[Pair, Settings]:
     """Resolve the preset and the settings first (a typo fails before any model loads), load with a
     spinner, then the settings again as the loaded pair completes them (exit layer, drafter)."""
+    use_passive_wait()  # before torch loads OpenMP (specli/threads.py)
+    threads = parse_threads(models.threads)
+    options.check_text()
     from specli.api import check_model_options, load, preset_for
 
     strategies = [s for s in (models.strategy, *models.also) if s]
     preset = preset_for(models.preset, target=models.target, draft=models.draft, strategy=strategies or None)
-    resolve_settings(preset, strategy=models.strategy, **options.overrides())
+    resolved = resolve_settings(preset, strategy=models.strategy, **options.overrides())
+    if note_greedy:
+        _greedy_note(options, resolved)
     check_model_options(device=models.device, dtype=models.dtype, quant=models.quant)
     _quiet_transformers()
-    with loading_progress(_stderr()) as download_bars:
+    with loading_progress(_stderr(no_color), announce=announce) as download_bars:
         pair = load(
             preset,
             target=models.target,
@@ -246,6 +325,7 @@ def _load(models: ModelOptions, options: GenerationOptions) -> tuple[Pair, Setti
             allow_pickle=models.allow_pickle,
             trust_remote_code=models.trust_remote_code,
             download_bars=download_bars,
+            threads=threads,
         )
     if pair.placement is not None:
         _stderr().print(f"note: {pair.placement.describe()}", markup=False)
@@ -258,12 +338,17 @@ def _load(models: ModelOptions, options: GenerationOptions) -> tuple[Pair, Setti
 
 
 def _prepare(
-    prompt: str, models: ModelOptions, options: GenerationOptions, record_top: int = 0
+    prompt: str, models: ModelOptions, options: GenerationOptions, record_top: int = 0, no_color: bool = False
 ) -> tuple[Pair, Settings, list[int], str, Iterator[Any]]:
-    """Read the prompt, load the pair and its settings, start the rounds."""
-    text = _read_prompt(prompt)
-    pair, settings = _load(models, options)
+    """Read the prompt, load the pair and its settings, say once what the run will not show (notes),
+    start the rounds."""
+    text = read_prompt(prompt)
+    pair, settings = _load(models, options, no_color=no_color)
     ids = pair.prompt_ids(text, chat=settings.chat)
+    from specli.notes import generation_notes  # imports torch: only once a command runs a model
+
+    for note in generation_notes(pair, settings, len(ids), models.strategy):
+        _stderr().print(f"note: {note}", markup=False)
     return pair, settings, ids, text, pair.stream(prompt_ids=ids, settings=settings, record_top=record_top)
 
 
@@ -320,14 +405,13 @@ def generate(
     no_color: NoColorOpt = False,
     save: SaveOpt = None,
     as_json: JsonOpt = False,
+    threads: ThreadsOpt = AUTO,
     debug: DebugOpt = False,
 ) -> None:
     """Generate text with speculative decoding; output is exactly the target's own."""
-    from specli.api import Result
-
     models = ModelOptions(
         preset=preset, target=target, draft=draft, strategy=strategy, device=device, dtype=dtype,
-        quant=quant, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code,
+        quant=quant, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, threads=threads,
     )  # fmt: skip
     options = GenerationOptions(
         max_new_tokens=max_new_tokens, num_draft_tokens=num_draft_tokens, temperature=temperature,
@@ -338,7 +422,9 @@ def generate(
         if view is not None and view not in VIEWS:
             raise UsageError(f"unknown view '{view}'.", f"Use one of: {', '.join(VIEWS)}.")
         _check_save(save)
-        pair, settings, ids, text, rounds = _prepare(prompt, models, options)
+        pair, settings, ids, text, rounds = _prepare(prompt, models, options, no_color=no_color)
+        from specli.api import Result
+
         k = settings.num_draft_tokens
         stdout = Console(highlight=False, no_color=no_color or None, soft_wrap=True)
         mode = "json" if as_json else view or ("live" if stdout.is_terminal else "plain")
@@ -356,7 +442,7 @@ def generate(
                     elif writer is not None:
                         writer.round(r)
             except KeyboardInterrupt:
-                interrupted = True
+                interrupted = token_view.interrupted = True  # the final frame says so
         stats = Stats()
         for r in collected:
             stats.observe(r)
@@ -364,6 +450,11 @@ def generate(
         if mode == "json":
             result = Result(pair.decode(tokens), tokens, ids, stats, collected).to_dict()
             result["stats"].update(strategy=settings.strategy, num_draft_tokens=k, interrupted=interrupted)
+            from specli.notes import generation_notes
+
+            result["stats"]["notes"] = generation_notes(pair, settings, len(ids), models.strategy)
+            if interrupted:
+                result["stats"]["stop_reason"] = "interrupted"
             typer.echo(json.dumps(result, ensure_ascii=False))
         elif mode != "live":
             if writer is not None:
@@ -375,7 +466,7 @@ def generate(
         if interrupted and mode != "json":
             _stderr().print("interrupted: showing what was generated so far", markup=False)
         if mode in ("plain", "none"):
-            _stderr().print(summary_line(stats, settings.strategy, k), markup=False)
+            _stderr().print(summary_line(stats, settings.strategy, k, settings.exit_layer), markup=False)
         if save:
             if live is None:  # the live view built it as it went; otherwise replay the rounds
                 for r in collected:
@@ -384,6 +475,19 @@ def generate(
             _save_view(token_view.renderable(), save, max(stdout.width, 80), "specli generate")
         if interrupted:
             raise typer.Exit(130)
+
+
+@contextmanager
+def _step_keys(step: bool, prompt_on_stdin: bool) -> Iterator[StepKeys | None]:
+    """With --step, the terminal's keys between rounds (refused at once without a terminal)."""
+    if not step:
+        yield None
+        return
+    keys = StepKeys(prompt_on_stdin)
+    try:
+        yield keys
+    finally:
+        keys.close()
 
 
 @app.command(
@@ -418,25 +522,34 @@ def explain(
         int | None, typer.Option("--rounds", help="Stop after this many rounds.", min=1)
     ] = None,
     pace: Annotated[float, typer.Option(help="Seconds to pause between rounds (0 for none).", min=0)] = 1.0,
-    step: Annotated[bool, typer.Option("--step", help="Wait for Enter between rounds.")] = False,
+    step: Annotated[
+        bool,
+        typer.Option(
+            "--step",
+            help="Wait for a key between rounds (Enter: the next round, q: stop), read from the terminal.",
+        ),
+    ] = False,
     top: Annotated[int, typer.Option(help="Entries of a distribution to show.", min=1)] = 5,
     no_color: NoColorOpt = False,
     save: SaveOpt = None,
+    threads: ThreadsOpt = AUTO,
     debug: DebugOpt = False,
 ) -> None:
     """Walk through speculative decoding round by round: each draft, its check, the correction or bonus."""
     models = ModelOptions(
         preset=preset, target=target, draft=draft, strategy=strategy, device=device, dtype=dtype,
-        quant=quant, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code,
+        quant=quant, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, threads=threads,
     )  # fmt: skip
     options = GenerationOptions(
         max_new_tokens=max_new_tokens, num_draft_tokens=num_draft_tokens, temperature=temperature,
         top_k=top_k, top_p=top_p, seed=seed, stop=stop, chat=chat, exit_layer=exit_layer,
         ngram_min=ngram_min, ngram_max=ngram_max,
     )  # fmt: skip
-    with _user_errors(debug):
+    with _user_errors(debug), _step_keys(step, prompt_on_stdin=prompt == "-") as keys:
         _check_save(save)
-        pair, settings, ids, text, rounds = _prepare(prompt, models, options, record_top=top)
+        pair, settings, ids, text, rounds = _prepare(
+            prompt, models, options, record_top=top, no_color=no_color
+        )
         out = Console(highlight=False, no_color=no_color or None)
         explained = ExplainView(
             pair.tokenizer,
@@ -457,9 +570,10 @@ def explain(
                 if rounds_limit is not None and r.index + 1 >= rounds_limit:
                     break
                 if r.stop is None:
-                    if step:
-                        input()
-                    elif pace > 0:
+                    if keys is not None:
+                        if not keys.next_round():
+                            break
+                    elif pace > 0 and out.is_terminal:  # piped: nobody watches the pace
                         time.sleep(pace)
         except (KeyboardInterrupt, EOFError) as e:
             interrupted = isinstance(e, KeyboardInterrupt)
@@ -519,9 +633,11 @@ def bench(
     chat: ChatOpt = None,
     allow_pickle: AllowPickleOpt = False,
     trust_remote_code: TrustOpt = False,
+    threads: ThreadsOpt = AUTO,
     debug: DebugOpt = False,
 ) -> None:
     """Measure strategies against plain decoding (and transformers) on prompt sets, per category."""
+    use_passive_wait()  # before specli.bench imports torch (specli/threads.py)
     from specli import bench as b
 
     options = GenerationOptions(
@@ -538,9 +654,9 @@ def bench(
             preset=preset, target=target, draft=draft,
             strategy=strategies[0] if strategies else None, also=tuple(strategies[1:]),
             device=device, dtype=dtype, quant=quant, allow_pickle=allow_pickle,
-            trust_remote_code=trust_remote_code,
+            trust_remote_code=trust_remote_code, threads=threads,
         )  # fmt: skip
-        pair, settings = _load(models, options)
+        pair, settings = _load(models, options, note_greedy=False, announce="bench")
         strategies = strategies or [pair.strategy]
         for other in strategies:  # each strategy's settings are valid for this pair, before any run
             pair.settings(**options.overrides(), strategy=other)
@@ -552,16 +668,15 @@ def bench(
         encoded, skipped = b.encode_prompts(pair, selected, settings.chat)
         for note in skipped:
             err.print(f"warning: {note}", markup=False)
-        with Counted(err, "bench: prompts measured", len(encoded)) as counted:
-            measurements = b.run_bench(
-                pair, encoded, strategies, bench_settings, on_prompt=lambda _: counted.advance()
-            )
+        with Counted(err, "bench") as counted:  # every stage: its count and the time it has left
+            measurements = b.run_bench(pair, encoded, strategies, bench_settings, progress=counted)
             hf = None
             if compare_hf:
-                counted.stage("timing transformers' generate() on the same prompts…")
-                hf = b.run_transformers(pair, encoded, strategies, bench_settings)
+                hf = b.run_transformers(pair, encoded, strategies, bench_settings, progress=counted)
         env = b.environment(pair, dtype, quant)
         env["peak_memory_bytes"] = b.peak_memory_bytes(pair.target.device)
+        env["threads_option"] = threads  # env["threads"]: the count torch used
+        env["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY")
         result = b.report(measurements, bench_settings, env, hf, skipped)
         out = Console(highlight=False)
         if not out.is_terminal:
@@ -661,7 +776,24 @@ def presets_show(
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
-    app(args=argv, prog_name="specli")
+    try:
+        app(args=argv, prog_name="specli")
+    except SystemExit as e:
+        if e.code == 130:  # Ctrl-C: output is written; do not wait for worker threads (downloads, loading)
+            _exit_now(130)
+        raise
+    except KeyboardInterrupt:  # before a command started
+        _exit_now(130)
+
+
+def _exit_now(code: int) -> None:
+    """Exit at once when worker threads are still running: a normal exit would join them (a stalled
+    download holds the exit), and a second Ctrl-C there prints their traceback."""
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os._exit(code)
+    raise SystemExit(code)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,9 @@ class Round:
     token_source: the top (id, probability) entries of the distribution `token` came from: the residual
         normalize(max(0, p - q)) after a rejection, p after a fully accepted draft (greedy: the target's
         softmax at that position). Filled only when the engine is asked to (EngineConfig.record_top).
+    text: what this round adds to the output text, filled by `Pair.stream` (the engine, which has no
+        tokenizer, leaves it ""). Joined over a generation the texts give `Result.text`; a character
+        split across rounds appears in the round that completes it.
     """
 
     index: int
@@ -69,6 +72,7 @@ class Round:
     stop: StopReason | None = None
     info: dict[str, Any] = field(default_factory=dict)
     token_source: list[tuple[int, float]] = field(default_factory=list)
+    text: str = ""
 
     @classmethod
     def from_verdict(

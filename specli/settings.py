@@ -175,6 +175,8 @@ def _stop(stop: Any) -> tuple[str, ...]:
     strings = (stop,) if isinstance(stop, str) else tuple(stop) if isinstance(stop, Sequence) else None
     if strings is None or not all(isinstance(s, str) for s in strings):
         raise UsageError(f"stop must be strings (got {stop!r}).")
+    if "" in strings:  # it would match at once: generation would stop before its first token
+        raise UsageError("a stop string cannot be empty.", "Give --stop some text, or leave it out.")
     return strings
 
 
