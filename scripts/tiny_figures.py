@@ -1,6 +1,7 @@
 """Acceptance and speed of the embedded tiny pair on code it never saw (third-party packages, not stdlib).
 
     python scripts/tiny_figures.py [--prompts 40] [--max-new-tokens 64] [-k 4] [--strategies draft,self]
+    python scripts/tiny_figures.py --strategies draft,self,eagle --head embedded:tiny-eagle1
 
 Prompts: the first lines (signature, docstring, a few statements) of functions from packages installed
 with specli (rich, click, typer, yaml, pydantic), picked deterministically. Greedy decoding, measured by
@@ -53,22 +54,24 @@ def main() -> None:
     parser.add_argument("--exit-layer", type=int)
     parser.add_argument("--target", help="another target folder (default: the embedded pair)")
     parser.add_argument("--draft", help="another drafter folder (default: the embedded pair)")
+    parser.add_argument("--head", help="the EAGLE head for strategy eagle (default: the tiny preset's)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    strategies = args.strategies.split(",")
     if args.target or args.draft:
         pair = specli.load(
             target=args.target or "embedded:tiny-target",
             draft=args.draft or "embedded:tiny-draft",
             device="cpu",
         )
-    else:
-        pair = specli.load(device="cpu")
+    else:  # the tiny preset: its drafter for draft, its EAGLE-3 head (or --head) for eagle
+        pair = specli.load(strategy=strategies, draft=args.head, device="cpu")
     prompts = [bench.BenchPrompt(name, "third-party", text) for name, text in function_prompts(args.prompts)]
     settings = bench.BenchSettings(
         pair.settings(max_new_tokens=args.max_new_tokens, num_draft_tokens=args.k, exit_layer=args.exit_layer)
     )
     encoded, _ = bench.encode_prompts(pair, prompts)
-    runs = bench.run_bench(pair, encoded, args.strategies.split(","), settings)
+    runs = bench.run_bench(pair, encoded, strategies, settings)
     env = {
         **bench.environment(pair, None, None),
         "peak_memory_bytes": bench.peak_memory_bytes(pair.target.device),
@@ -83,7 +86,7 @@ def main() -> None:
 
 
 KEYS = ("strategy", "prompts", "tokens", "rounds", "drafted", "accepted", "rejections", "acceptance_rate",
-        "accept_prob", "mean_acceptance_length", "tokens_per_second", "speedup")  # fmt: skip
+        "accept_prob", "mean_acceptance_length", "tokens_per_second", "speedup", "c", "v")  # fmt: skip
 
 
 if __name__ == "__main__":

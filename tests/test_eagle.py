@@ -4,15 +4,23 @@ target's TRUE features of the committed context (its chain never stays in its ca
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from conftest import make_model
 from test_lossless_sampling import g_test_pvalue, warpers
+from transformers import AutoModelForCausalLM
+from typer.testing import CliRunner
 
+import specli
 from specli.cached_lm import CachedLM
+from specli.cli import app
 from specli.drafters.eagle import EagleDrafter
 from specli.eagle_head import EagleHead, HeadCache, init_weights
 from specli.engine import EngineConfig, generate_rounds
+from specli.errors import ModelLoadError
+from specli.head_formats import save_head
 from specli.sampling import SamplingConfig
 from specli.stopping import StopCriteria
 from specli.training.eagle import head_config, set_vocabulary
@@ -143,3 +151,45 @@ def test_reduced_vocabulary_drafts_only_inside_it():
     )
     assert all(t in inside for r in rounds for t in r.drafted)
     assert all(r.info["head"] == "eagle3" for r in rounds if r.drafted)
+
+
+@pytest.fixture(scope="module")
+def head_dirs(tiny_pair, tmp_path_factory):
+    """An EAGLE-3 (reduced vocabulary) and an EAGLE-1 head for tiny_pair's target, saved as users get them."""
+    target = AutoModelForCausalLM.from_pretrained(tiny_pair[0])
+    root = tmp_path_factory.mktemp("heads")
+    dirs = {}
+    for which in ("eagle3-reduced", "eagle1"):
+        save_head(make_head(target, which, std=0.2), root / which, verifier=str(tiny_pair[0]))
+        dirs[which] = root / which
+    return dirs
+
+
+@pytest.mark.parametrize("which", ["eagle3-reduced", "eagle1"])
+def test_api_and_cli_run_a_head_from_disk_losslessly(tiny_pair, head_dirs, which):
+    target_dir, draft_dir = tiny_pair
+    pair = specli.load(target=str(target_dir), draft=str(head_dirs[which]), strategy="eagle", device="cpu")
+    plain = specli.load(target=str(target_dir), strategy="none", device="cpu")
+    for p in (pair, plain):
+        p.eos_ids = set()
+    ids = pair.encode("def fibonacci(n):", chat=False)
+    expected = plain.generate(prompt_ids=ids, max_new_tokens=20).token_ids
+    result = pair.generate(prompt_ids=ids, max_new_tokens=20, num_draft_tokens=3)
+    assert result.token_ids == expected and result.stats.drafted > 0
+    assert pair.head_name == str(head_dirs[which])
+    out = CliRunner().invoke(
+        app,
+        ["generate", "def fibonacci(n):", "--target", str(target_dir), "--strategy", "eagle", "--draft",
+         str(head_dirs[which]), "--no-chat", "--max-new-tokens", "12", "--json"],
+    )  # fmt: skip
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert data["stats"]["strategy"] == "eagle" and data["stats"]["drafted"] > 0
+
+
+def test_a_head_for_another_target_is_refused_before_weights(tiny_pair, tmp_path):
+    other = make_model("llama", 384, layers=4, hidden=48, seed=9)  # hidden 48, the target's is 64
+    save_head(make_head(other, "eagle3"), tmp_path / "head")
+    (tmp_path / "head" / "model.safetensors").write_bytes(b"not weights")  # never opened
+    with pytest.raises(ModelLoadError, match="hidden size"):
+        specli.load(target=str(tiny_pair[0]), draft=str(tmp_path / "head"), strategy="eagle", device="cpu")

@@ -14,6 +14,7 @@ import specli
 from specli import loading
 from specli.api import Pair
 from specli.cached_lm import CachedLM
+from specli.head_formats import load_head
 
 pytestmark = [
     pytest.mark.gpu,
@@ -21,7 +22,7 @@ pytestmark = [
 ]
 
 PROMPTS = ["def fibonacci(n):", "import os\n\n\ndef read_lines(path):\n", "class Stack:\n    def push(self"]
-TARGET, DRAFT = "embedded:tiny-target", "embedded:tiny-draft"
+TARGET, DRAFT, HEAD = "embedded:tiny-target", "embedded:tiny-draft", "embedded:tiny-eagle3"
 
 
 NEAR_TIE = 0.05  # logits: closer top-2 than this can flip between a 1-token step and a k+1-token verify
@@ -61,9 +62,10 @@ def reference(model, tokenizer, prompt: str, n: int) -> list[int]:
 
 
 @pytest.mark.parametrize("quant", ["4bit", "8bit", "none"])
-@pytest.mark.parametrize("strategy", ["draft", "lookup", "self"])
+@pytest.mark.parametrize("strategy", ["draft", "lookup", "self", "eagle"])
 def test_quantized_target_on_cuda_is_lossless(quant, strategy):
-    pair = specli.load(target=TARGET, draft=DRAFT, strategy=strategy, device="cuda", quant=quant)
+    draft = HEAD if strategy == "eagle" else DRAFT
+    pair = specli.load(target=TARGET, draft=draft, strategy=strategy, device="cuda", quant=quant)
     assert pair.target.device.type == "cuda"
     if quant != "none":
         assert getattr(pair.target_model, "is_quantized", False)
@@ -72,7 +74,7 @@ def test_quantized_target_on_cuda_is_lossless(quant, strategy):
         result = pair.generate(prompt, max_new_tokens=48, num_draft_tokens=4, chat=False)
         assert_same_or_near_tie(pair.target_model, pair.tokenizer, prompt, result.token_ids, expected)
         assert len(result.token_ids) == 48 or result.stats.stop_reason == "eos"
-        if strategy == "draft":
+        if strategy in ("draft", "eagle"):
             assert result.stats.acceptance_rate > 0.2  # the drafter really drafted
 
 
@@ -111,7 +113,8 @@ def test_target_dispatched_by_accelerate():
     draft = loading.load_model(
         loading.embedded_model("tiny-draft"), device=lm.output_device, dtype=torch.float32
     )
-    for strategy, model in (("draft", draft), ("self", None), ("lookup", None)):
-        pair = Pair(target, tok, model, strategy=strategy)
+    head = load_head(loading.embedded_model("tiny-eagle3"), target.config, device=lm.output_device)
+    for strategy, model in (("draft", draft), ("self", None), ("lookup", None), ("eagle", None)):
+        pair = Pair(target, tok, model, strategy=strategy, head=head)
         expected = reference(target, tok, PROMPTS[1], 40)
         assert pair.generate(PROMPTS[1], max_new_tokens=40, chat=False).token_ids[:40] == expected[:40]
