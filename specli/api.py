@@ -45,7 +45,7 @@ from specli.settings import (
 )
 from specli.stopping import StopCriteria
 from specli.text import IncrementalDecoder
-from specli.threads import AUTO, apply_threads
+from specli.threads import AUTO, BusyProbe, apply_threads
 
 DEFAULT_PRESET = "tiny"
 
@@ -352,21 +352,22 @@ def load(
     first GPU is split over as few GPUs as hold it (see `placement`), the drafter beside its LM head.
 
     `threads` sets torch's CPU threads for the process (torch.set_num_threads): a number, "auto" (the
-    cores the load average leaves free, `specli.threads.auto_threads`; torch's default threads collapse
-    when another process keeps the CPU busy) or None (leave torch's setting alone). `progress=True` shows
-    transformers' and huggingface_hub's own progress bars while loading; by default they stay quiet
-    (download_bars, when given, draws the downloads either way).
+    cores other processes left free while the models loaded, `specli.threads`; torch's default threads
+    collapse when another process keeps the CPU busy) or None (leave torch's setting alone).
+    `progress=True` shows transformers' and huggingface_hub's own progress bars while loading; by default
+    they stay quiet (download_bars, when given, draws the downloads either way).
     """
     spec = preset_for(preset, target=target, draft=draft, strategy=strategy)
     wanted = _sources(spec, target=target, draft=draft, strategy=strategy, dtype=dtype, quant=quant)
     dev = loading.resolve_device(device)
-    apply_threads(threads)
+    probe = BusyProbe()  # what other processes use while we load decides threads="auto"
     fetcher = _Fetcher(allow_pickle, trust_remote_code, download_bars)
     with _progress_bars(progress, hub=download_bars is None):
         models, tokenizer, head = _fetch_and_check(wanted, fetcher)
         placement = plan.plan_pair(models, dev, device, trust_remote_code)
         target_model, draft_model = _load_weights(models, placement, dev, fetcher)
         head_model = _load_head(head, target_model, fetcher) if head is not None else None
+    apply_threads(threads, probe)
     return Pair(
         target_model,
         tokenizer,

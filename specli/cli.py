@@ -40,7 +40,7 @@ from specli.render.live import LiveView, TokenView
 from specli.render.plain import PlainWriter, summary_line
 from specli.render.progress import Counted, loading_progress
 from specli.settings import Settings, check_strategy, resolve_settings
-from specli.threads import AUTO, parse_threads, use_passive_wait
+from specli.threads import AUTO, parse_threads
 
 if TYPE_CHECKING:
     from specli.api import Pair
@@ -211,8 +211,8 @@ SaveOpt = Annotated[
 ThreadsOpt = Annotated[
     str,
     typer.Option(
-        help="CPU threads for torch: a number, or auto (the cores other processes leave free, by the load "
-        "average; idle OpenMP threads sleep instead of spinning unless OMP_WAIT_POLICY is set).",
+        help="CPU threads for torch: a number, or auto (one per core that other processes left free while "
+        "the models loaded: spinning threads on a busy machine collapse).",
         metavar="N|auto",
     ),
 ]
@@ -301,7 +301,6 @@ def _load(
 ) -> tuple[Pair, Settings]:
     """Resolve the preset and the settings first (a typo fails before any model loads), load with a
     spinner, then the settings again as the loaded pair completes them (exit layer, drafter)."""
-    use_passive_wait()  # before torch loads OpenMP (specli/threads.py)
     threads = parse_threads(models.threads)
     options.check_text()
     from specli.api import check_model_options, load, preset_for
@@ -637,7 +636,6 @@ def bench(
     debug: DebugOpt = False,
 ) -> None:
     """Measure strategies against plain decoding (and transformers) on prompt sets, per category."""
-    use_passive_wait()  # before specli.bench imports torch (specli/threads.py)
     from specli import bench as b
 
     options = GenerationOptions(
