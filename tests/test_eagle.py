@@ -4,11 +4,13 @@ target's TRUE features of the committed context (its chain never stays in its ca
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
 import torch
 from conftest import make_model
+from rich.console import Console
 from test_lossless_sampling import g_test_pvalue, warpers
 from transformers import AutoModelForCausalLM
 from typer.testing import CliRunner
@@ -20,7 +22,10 @@ from specli.drafters.eagle import EagleDrafter
 from specli.eagle_head import EagleHead, HeadCache, init_weights
 from specli.engine import EngineConfig, generate_rounds
 from specli.errors import ModelLoadError
+from specli.events import TokenKind
 from specli.head_formats import save_head
+from specli.render.explain import ExplainView
+from specli.render.live import TokenView
 from specli.sampling import SamplingConfig
 from specli.stopping import StopCriteria
 from specli.training.eagle import head_config, set_vocabulary
@@ -193,3 +198,34 @@ def test_a_head_for_another_target_is_refused_before_weights(tiny_pair, tmp_path
     (tmp_path / "head" / "model.safetensors").write_bytes(b"not weights")  # never opened
     with pytest.raises(ModelLoadError, match="hidden size"):
         specli.load(target=str(tiny_pair[0]), draft=str(tmp_path / "head"), strategy="eagle", device="cpu")
+
+
+def test_views_name_the_target_layers_and_tokens_outside_the_draft_vocabulary(tiny_pair, head_dirs):
+    """explain says which target layers fed the head, and when the target's correction lies outside a
+    reduced draft vocabulary; the live status names the head and its layers."""
+    pair = specli.load(
+        target=str(tiny_pair[0]), draft=str(head_dirs["eagle3-reduced"]), strategy="eagle", device="cpu"
+    )
+    pair.eos_ids = set()
+    ids = pair.encode("def fibonacci(n):", chat=False)
+    rounds = list(pair.stream(prompt_ids=ids, max_new_tokens=60, num_draft_tokens=3, record_top=3))
+    vocab = set(pair.head.draft_to_target().tolist())
+    outside = [r for r in rounds if r.kind is TokenKind.CORRECTION and r.token not in vocab]
+    inside = [r for r in rounds if r.kind is TokenKind.CORRECTION and r.token in vocab]
+    assert outside and inside  # a 3/4 vocabulary: both happen in 60 tokens
+    assert all(r.info["token_in_draft_vocab"] is False for r in outside)
+    assert all(r.info["token_in_draft_vocab"] is True for r in inside)
+    layers = ", ".join(str(i) for i in pair.head.config.aux_layers)
+    view = ExplainView(pair.tokenizer, "eagle", 3, greedy=True, top=3, prompt_ids=ids)
+    console = Console(record=True, width=100, file=io.StringIO())
+    for r in (outside[0], inside[0]):
+        console.print(view.panel(r))
+    text = console.export_text()
+    assert f"EAGLE-3 head proposed 3 tokens from the target's hidden states entering layers {layers}" in text
+    assert text.count("outside the head's 288-token draft vocabulary") == 1  # the outside one only
+    live = TokenView(pair.tokenizer, "eagle", 3)
+    for r in rounds:
+        live.add(r)
+    status = Console(record=True, width=200, file=io.StringIO())
+    status.print(live.status())
+    assert f"eagle k=3 (EAGLE-3 on layers {layers.replace(' ', '')})" in status.export_text()

@@ -10,6 +10,10 @@ Per round, with m pairs (feature of x_t, token x_{t+1}) known to be true since t
           and the accepted drafts, paired with the next committed tokens, wait for the next round.
 A reduced draft vocabulary maps into the target's (q is zero outside it), so rejection sampling stays
 exact: the target verifies every token as with any other drafter.
+
+Round.info: head (eagle1 | eagle3), target_layers (the hidden states read), draft_vocab (its size) and,
+with a reduced vocabulary, token_in_draft_vocab (whether the head could have drafted the token the
+target added).
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ class EagleDrafter:
         self._verified: torch.Tensor | None = None  # [k+1, F] the last verify forward's features
         self._drafted: list[int] = []
         self._true_length = 0  # head positions that came from true features
+        self._info: dict[str, Any] = {}  # the last proposal's info (commit adds what the round showed)
+        self._vocab = set(self._draft_ids.tolist()) if self._draft_ids is not None else None
 
     @property
     def device(self) -> torch.device:
@@ -110,10 +116,17 @@ class EagleDrafter:
                 state = head.step(self._embeddings(token), state, position, self._cache)
         drafted = torch.cat(ids)  # [k]
         self._drafted = drafted.tolist()
-        info = {"head": head.config.kind, "target_layers": list(self.feature_layers)}
-        return Proposal(ids=drafted, q=torch.stack(qs) if qs else None, info=info)
+        self._info = {
+            "head": head.config.kind,
+            "target_layers": list(self.feature_layers),
+            "draft_vocab": head.config.draft_vocab_size,
+        }
+        return Proposal(ids=drafted, q=torch.stack(qs) if qs else None, info=self._info)
 
     def commit(self, accepted: int, token: int) -> None:
+        if self._vocab is not None and self._info:  # could the head have drafted the target's token?
+            self._info["token_in_draft_vocab"] = token in self._vocab
+        self._info = {}
         self._cache.crop(self._true_length)  # drop the chain: only true positions stay
         if self._verified is not None:  # pending and the accepted drafts now have true features
             next_tokens = self._drafted[:accepted] + [token]

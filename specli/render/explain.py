@@ -82,6 +82,15 @@ class ExplainView:
                 if isinstance(info.get("exit_layer"), int)
                 else "self: the target's first layers + its LM head drafted."
             )
+        if self.strategy == "eagle":
+            if not r.drafted:
+                return Text("eagle: no target features yet; this round is a plain target step.")
+            layers = ", ".join(str(i) for i in info.get("target_layers", []))
+            kind = "EAGLE-3" if info.get("head") == "eagle3" else "EAGLE-1"
+            return Text(
+                f"eagle: an {kind} head proposed {count(len(r.drafted), 'token')} from the target's hidden "
+                f"states entering layers {layers} (the last drafts from its own states)."
+            )
         if self.strategy == "none":
             return Text("plain decoding: no draft; the target adds one token.")
         return Text(f"draft: the drafter model proposed {count(len(r.drafted), 'token')}.")
@@ -154,6 +163,11 @@ class ExplainView:
                 out.append(".\nCorrection: ")
             out.append(token, style)
             out.append(self._own(r))
+            if (r.info or {}).get("token_in_draft_vocab") is False:
+                out.append(
+                    f"\nIt lies outside the head's {r.info['draft_vocab']}-token draft vocabulary: the head "
+                    "could not have drafted it."
+                )
         elif r.drafted:
             out.append(
                 f"All {len(r.drafted)} drafts accepted, so the target's distribution at position "

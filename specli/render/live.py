@@ -83,10 +83,14 @@ class TokenView:
         self._rejected = Text()
         self._split = 0  # where the rejected drafts sit in self.text: before the last correction
         self.interrupted = False  # set when Ctrl-C stopped generation: the final frame says so
+        self.drafter_note = ""  # e.g. "EAGLE-3 on layers 2,4,5", from the rounds' info
 
     def add(self, r: Round) -> None:
         self.stats.observe(r)
         self.last = r
+        if (r.info or {}).get("target_layers"):  # eagle: which head, fed by which target layers
+            kind = "EAGLE-3" if r.info.get("head") == "eagle3" else "EAGLE-1"
+            self.drafter_note = f"{kind} on layers {','.join(str(i) for i in r.info['target_layers'])}"
         context = self.decoder.ids[-CONTEXT_IDS:] + r.committed[: r.accepted]
         for token, kind in zip(r.committed, r.committed_kinds, strict=True):
             if kind is TokenKind.CORRECTION:
@@ -117,7 +121,10 @@ class TokenView:
         """Strategy, round, this round's drafts, acceptance, mean acceptance length, tokens, tok/s and
         elapsed, broken into lines between parts to fit the width."""
         s, r = self.stats, self.last
-        parts = [strategy_label(self.strategy, self.k), f"round {s.rounds}"]
+        label = strategy_label(self.strategy, self.k)
+        if self.drafter_note:
+            label += f" ({self.drafter_note})"
+        parts = [label, f"round {s.rounds}"]
         if r is not None and self.strategy != "none":
             parts.append(f"drafted {len(r.drafted)} accepted {r.accepted}")
         if s.drafted:
