@@ -364,7 +364,8 @@ def load(
     fetcher = _Fetcher(allow_pickle, trust_remote_code, download_bars)
     with _progress_bars(progress, hub=download_bars is None):
         models, tokenizer, head = _fetch_and_check(wanted, fetcher)
-        placement = plan.plan_pair(models, dev, device, trust_remote_code)
+        need = plan.head_need(head, models[0], dev, trust_remote_code) if head is not None else None
+        placement = plan.plan_pair(models, dev, device, trust_remote_code, head=need)
         target_model, draft_model = _load_weights(models, placement, dev, fetcher)
         head_model = _load_head(head, target_model, fetcher) if head is not None else None
     apply_threads(threads, probe)
@@ -512,6 +513,7 @@ def _fetch_and_check(wanted: _Wanted, fetcher: _Fetcher) -> tuple[list[ModelToLo
         head = replace(head, folder=fetcher.folder(head))
         config = head_formats.read_head_config(head.folder, target_config, name=head.name)
         head_formats.check_head(config, target_config, head.name, target.name)
+        head = replace(head, config=config)
     return models, tokenizer, head
 
 

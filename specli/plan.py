@@ -11,12 +11,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import AutoConfig
 
-from specli import loading, memory
+from specli import head_formats, loading, memory
 from specli.cached_lm import CachedLM
+from specli.eagle_head import HeadConfig
 from specli.placement import Placement, describe_gpus, plan_placement
 
 
@@ -29,6 +31,7 @@ class ModelToLoad:
     dtype: str = "auto"  # auto | float32 | float16 | bfloat16
     quant: str = "none"  # none | 8bit | 4bit
     folder: Path | None = None
+    config: Any = None  # an EAGLE head's HeadConfig, once read
 
 
 def dtype_for(model: ModelToLoad, device: torch.device, trust_remote_code: bool) -> torch.dtype:
@@ -68,11 +71,29 @@ def gpu_count(device_spec: str) -> int:
     return torch.cuda.device_count()
 
 
+def head_need(
+    head: ModelToLoad, target: ModelToLoad, device: torch.device, trust_remote_code: bool
+) -> memory.Need:
+    """An EAGLE head's weights (in the target's dtype unless its own is set: it loads beside the
+    target's LM head) and its one layer's KV cache for the planned context."""
+    config: HeadConfig = head.config
+    dtype = dtype_for(target if head.dtype == "auto" else head, device, trust_remote_code)
+    context = min(memory.PLAN_CONTEXT, config.max_position_embeddings or memory.PLAN_CONTEXT)
+    size = torch.finfo(dtype).bits // 8
+    kv = 2 * config.num_kv_heads * config.head_dim * context * size
+    estimate = memory.Estimate(head_formats.head_parameter_bytes(config, dtype), kv)
+    return memory.Need(head.name, str(dtype).replace("torch.", ""), "none", estimate, context)
+
+
 def plan_pair(
-    models: list[ModelToLoad], device: torch.device, device_spec: str, trust_remote_code: bool
+    models: list[ModelToLoad],
+    device: torch.device,
+    device_spec: str,
+    trust_remote_code: bool,
+    head: memory.Need | None = None,
 ) -> Placement | None:
-    """Check the pair fits (stop with figures and options when not) and, with several GPUs under
-    --device auto, plan where each model goes. None: everything on `device`.
+    """Check the pair (and an EAGLE head) fits (stop with figures and options when not) and, with
+    several GPUs under --device auto, plan where each model goes. None: everything on `device`.
 
     SPECLI_NO_MEMORY_CHECK=1 skips the check (a plan is still made where one fits)."""
     checked = os.environ.get("SPECLI_NO_MEMORY_CHECK") != "1"
@@ -80,20 +101,29 @@ def plan_pair(
     if gpus < 2:
         needs = estimate_needs(models, device, trust_remote_code) if checked else None
         if needs is not None:
-            memory.check_fits(needs, device, memory.free_bytes(device))
+            memory.check_fits(needs + ([head] if head else []), device, memory.free_bytes(device))
         return None
-    everywhere = Placement(tuple(range(gpus)), {}, gpus - 1 if len(models) > 1 else None)
+    beside = len(models) > 1 or head is not None  # something sits beside the target's LM head
+    everywhere = Placement(tuple(range(gpus)), {}, gpus - 1 if beside else None)
     needs = estimate_needs(models, device, trust_remote_code)
     if needs is None:  # no estimate: accelerate spreads the target, the drafter goes beside its LM head
         return everywhere
+    needs += [head] if head else []
     free = [memory.free_bytes(torch.device("cuda", i)) or 0 for i in range(gpus)]
-    draft = needs[1].estimate if len(needs) > 1 else None
+    draft = _together([n.estimate for n in needs[1:]])
     plan = plan_placement(free, needs[0].estimate, draft, quantized=needs[0].quant != "none")
     if plan is None:
         if checked:
             raise memory.not_enough(needs, f"the {gpus} GPUs have {describe_gpus(free)}", cuda=True)
         return everywhere
     return plan if plan.split else None
+
+
+def _together(estimates: list[memory.Estimate]) -> memory.Estimate | None:
+    """What sits beside the target's LM head (a drafter, a head, or both), as one estimate."""
+    if not estimates:
+        return None
+    return memory.Estimate(sum(e.weights_bytes for e in estimates), sum(e.kv_bytes for e in estimates))
 
 
 def draft_device(target_model: torch.nn.Module, placement: Placement) -> torch.device:

@@ -229,3 +229,19 @@ def test_views_name_the_target_layers_and_tokens_outside_the_draft_vocabulary(ti
     status = Console(record=True, width=200, file=io.StringIO())
     status.print(live.status())
     assert f"eagle k=3 (EAGLE-3 on layers {layers.replace(' ', '')})" in status.export_text()
+
+
+def test_quick_training_recipe_writes_heads_that_load_and_stay_lossless(tmp_path):
+    """`python -m specli.training.eagle --quick`: both heads, in the speculators layout, loadable by the
+    user's path, lossless on the embedded target."""
+    from specli.training.eagle import main as train
+
+    assert train(["--out", str(tmp_path), "--quick", "--threads", "1"]) == 0
+    config = json.loads((tmp_path / "tiny-eagle3" / "config.json").read_text())
+    assert config["speculators_model_type"] == "eagle3" and config["draft_vocab_size"] == 256
+    assert json.loads((tmp_path / "tiny-eagle1" / "config.json").read_text())["specli_head_type"] == "eagle1"
+    plain = specli.load(strategy="none", device="cpu").generate("def parse(line):", max_new_tokens=12)
+    for kind in ("eagle3", "eagle1"):
+        pair = specli.load(strategy="eagle", draft=str(tmp_path / f"tiny-{kind}"), device="cpu")
+        result = pair.generate("def parse(line):", max_new_tokens=12)
+        assert result.token_ids == plain.token_ids and result.stats.drafted > 0

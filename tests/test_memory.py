@@ -9,6 +9,7 @@ import pytest
 from conftest import make_model, save_model
 from typer.testing import CliRunner
 
+import specli
 from specli import memory
 from specli.cli import app
 from specli.errors import SpecliError
@@ -169,3 +170,11 @@ def test_load_time_fit_check_uses_the_models_context(monkeypatch):
     result = CliRunner().invoke(app, ["generate", "def f", "--preset", "tiny", "--device", "cpu"])
     assert result.exit_code == 1
     assert "KV cache for 512 tokens" in result.stderr and "4096" not in result.stderr
+
+
+def test_the_fit_check_counts_an_eagle_head(monkeypatch):
+    """Between what the target alone needs and what target + head need: refused, naming the head."""
+    monkeypatch.setattr(memory, "free_bytes", lambda device: 48_000_000)
+    specli.load(strategy="none", device="cpu")  # the target alone fits
+    with pytest.raises(SpecliError, match=r"embedded:tiny-eagle3 6\.9 MB \(float32\)"):
+        specli.load(strategy="eagle", device="cpu")

@@ -109,3 +109,26 @@ def test_4bit_load_on_cpu_says_nothing_about_bitsandbytes_kernels(folders):
         "model(torch.tensor([[1, 2, 3]]))\n"
     )
     assert _KERNELS_NOISE not in _stderr_of(code, str(target))
+
+
+def test_quantized_target_with_an_eagle_head_is_lossless(folders, tmp_path):
+    """The head reads a 4-bit target's hidden states (its compute dtype) and drafts beside its LM head."""
+    from transformers import AutoModelForCausalLM
+
+    from specli.eagle_head import EagleHead, init_weights
+    from specli.head_formats import save_head
+    from specli.training.eagle import head_config
+
+    target, _ = folders
+    model = AutoModelForCausalLM.from_pretrained(target)
+    save_head(init_weights(EagleHead(head_config(model, "eagle3", 300, 64)), std=0.1, seed=1), tmp_path / "h")
+    pair = specli.load(
+        target=str(target), draft=str(tmp_path / "h"), strategy="eagle", device="cpu", quant="4bit"
+    )
+    pair.eos_ids = set()
+    ids = pair.encode("def fibonacci(n):", chat=False)
+    expected = pair.target_model.generate(
+        torch.tensor([ids]), max_new_tokens=16, do_sample=False, eos_token_id=None, pad_token_id=0
+    )[0, len(ids) :].tolist()
+    result = pair.generate(prompt_ids=ids, max_new_tokens=16, num_draft_tokens=3)
+    assert result.token_ids == expected and result.stats.drafted > 0
