@@ -286,7 +286,8 @@ def _greedy_note(options: GenerationOptions, settings: Settings) -> None:
     if settings.greedy and given:
         names = ", ".join("--" + name.replace("_", "-") for name in given)
         _stderr().print(
-            f"note: {names} only affect sampling; decoding is greedy (temperature 0). "
+            f"note: {names} {'affects' if len(given) == 1 else 'affect'} sampling only; decoding is greedy "
+            "(temperature 0). "
             "Add --temperature T (> 0) to sample.",
             markup=False,
         )
