@@ -50,6 +50,7 @@ class HeadConfig:
     max_position_embeddings: int = 2048
     norm_before_residual: bool = False
     fc_bias: bool = False
+    rope_scaling: dict[str, Any] | None = None  # transformers' rope parameters (e.g. Llama 3's "llama3")
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -88,14 +89,37 @@ class RMSNorm(nn.Module):
         return self.weight * x.to(dtype)
 
 
-def rotate(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """Rotary embedding (Llama's half-split layout) of x [..., n, d] at positions [n]."""
-    d = x.shape[-1]
-    inv = 1.0 / theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d)  # [d/2]
-    angles = positions.to(x.device, torch.float32)[:, None] * inv[None]  # [n, d/2]
-    cos = torch.cat([angles.cos(), angles.cos()], -1).to(x.dtype)  # [n, d]
-    sin = torch.cat([angles.sin(), angles.sin()], -1).to(x.dtype)
-    half = d // 2
+def rope_frequencies(config: HeadConfig) -> tuple[torch.Tensor, float]:
+    """(inverse frequencies [head_dim / 2], attention scaling) of the head's rotary embedding: plain RoPE
+    at rope_theta, or transformers' own computation for a scaled type (llama3, yarn, linear, ...)."""
+    d = config.head_dim
+    scaling = dict(config.rope_scaling or {})
+    kind = scaling.get("rope_type") or scaling.get("type") or "default"
+    if kind == "default":
+        return 1.0 / config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d), 1.0
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    if kind not in ROPE_INIT_FUNCTIONS:
+        raise ValueError(f"unknown rope type {kind!r}")
+    llama = LlamaConfig(
+        hidden_size=config.hidden_size,
+        num_attention_heads=config.num_heads,
+        head_dim=d,
+        max_position_embeddings=config.max_position_embeddings,
+        rope_parameters={**scaling, "rope_type": kind, "rope_theta": config.rope_theta},
+    )
+    inv, attention_scaling = ROPE_INIT_FUNCTIONS[kind](llama)
+    return inv.float(), float(attention_scaling)
+
+
+def rotate(x: torch.Tensor, positions: torch.Tensor, inv: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+    """Rotary embedding (Llama's half-split layout) of x [..., n, d] at positions [n], with inverse
+    frequencies inv [d/2] and transformers' attention scaling of cos and sin."""
+    angles = positions.to(x.device, torch.float32)[:, None] * inv.to(x.device)[None]  # [n, d/2]
+    cos = (torch.cat([angles.cos(), angles.cos()], -1) * scale).to(x.dtype)  # [n, d]
+    sin = (torch.cat([angles.sin(), angles.sin()], -1) * scale).to(x.dtype)
+    half = x.shape[-1] // 2
     rotated = torch.cat([-x[..., half:], x[..., :half]], -1)
     return x * cos + rotated * sin
 
@@ -202,6 +226,7 @@ class _Layer(nn.Module):
         self.post_attention_layernorm = RMSNorm(h, c.rms_norm_eps)
         if c.kind == "eagle3":
             self.hidden_norm = RMSNorm(h, c.rms_norm_eps)
+        self._inv_freq, self.rope_scale = rope_frequencies(c)  # [head_dim / 2] float32, not a weight
 
     def qkv(
         self, x: torch.Tensor, positions: torch.Tensor
@@ -212,7 +237,13 @@ class _Layer(nn.Module):
         q = a.q_proj(x).view(n, c.num_heads, c.head_dim).transpose(0, 1)
         k = a.k_proj(x).view(n, c.num_kv_heads, c.head_dim).transpose(0, 1)
         v = a.v_proj(x).view(n, c.num_kv_heads, c.head_dim).transpose(0, 1)
-        return rotate(q, positions, c.rope_theta), rotate(k, positions, c.rope_theta), v
+        return self.rope(q, positions), self.rope(k, positions), v
+
+    def rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """x [..., n, d] rotated at positions [n] (frequencies kept in float32 beside x)."""
+        if self._inv_freq.device != x.device:
+            self._inv_freq = self._inv_freq.to(x.device)
+        return rotate(x, positions, self._inv_freq, self.rope_scale)
 
     def attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         """Causal attention of the n newest queries over all keys -> [n, H]."""

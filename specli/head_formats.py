@@ -52,6 +52,17 @@ _NAMES_SHOWN = 5
 # --------------------------------------------------------------------------- reading configs
 
 
+def _rope_scaling(layer: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A scaled rotary embedding (rope_scaling, or transformers 5's rope_parameters with a type other than
+    default), without its theta; None for plain RoPE."""
+    params = dict(layer.get("rope_scaling") or layer.get("rope_parameters") or {})
+    kind = params.get("rope_type") or params.get("type") or "default"
+    if kind == "default":
+        return None
+    params.pop("rope_theta", None)
+    return params
+
+
 def _rope_theta(layer: Mapping[str, Any]) -> float:
     params = layer.get("rope_parameters") or layer.get("rope_scaling") or {}
     return float(layer.get("rope_theta") or params.get("rope_theta") or 10000.0)
@@ -205,8 +216,7 @@ def config_from_dict(
     target_vocab = _int(layer, "vocab_size", label)
     aux, defaulted = _aux_layers(aux_ids, kind, target_layers, label)
     extra: dict[str, Any] = {"layout": layout, "aux_defaulted": defaulted}
-    if layer.get("rope_scaling"):
-        extra["rope_scaling"] = layer["rope_scaling"]
+    rope_scaling = _rope_scaling(layer)
     verifier = (data.get("speculators_config") or {}).get("verifier") or {}
     verifier_name = verifier.get("name_or_path") if isinstance(verifier, Mapping) else None
     verifier_name = verifier_name or (data.get("verifier") if isinstance(data.get("verifier"), str) else None)
@@ -226,6 +236,7 @@ def config_from_dict(
             aux_layers=aux,
             rms_norm_eps=float(layer.get("rms_norm_eps") or 1e-6),
             rope_theta=_rope_theta(layer),
+            rope_scaling=rope_scaling,
             max_position_embeddings=_int(layer, "max_position_embeddings", label, 2048),
             norm_before_residual=bool(data.get("norm_before_residual", False)),
             fc_bias=bool(data.get("fc_bias", kind == "eagle1")),
@@ -553,6 +564,7 @@ def config_to_dict(config: HeadConfig, verifier: str = "") -> dict[str, Any]:
         "hidden_act": "silu",
         "rms_norm_eps": config.rms_norm_eps,
         "rope_theta": config.rope_theta,
+        **({"rope_scaling": config.rope_scaling} if config.rope_scaling else {}),
         "max_position_embeddings": config.max_position_embeddings,
         "vocab_size": config.target_vocab_size,
         "tie_word_embeddings": False,

@@ -245,3 +245,37 @@ def test_quick_training_recipe_writes_heads_that_load_and_stay_lossless(tmp_path
         pair = specli.load(strategy="eagle", draft=str(tmp_path / f"tiny-{kind}"), device="cpu")
         result = pair.generate("def parse(line):", max_new_tokens=12)
         assert result.token_ids == plain.token_ids and result.stats.drafted > 0
+
+
+def test_a_llama3_scaled_rope_head_rotates_as_transformers_and_round_trips(tmp_path):
+    """Llama-3.1/3.3 heads carry rope_scaling (rope_type llama3): the head rotates exactly as
+    transformers' LlamaRotaryEmbedding, and the setting survives save -> load."""
+    from dataclasses import replace
+
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+    from specli.head_formats import load_head
+
+    scaling = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 64, "rope_type": "llama3"}  # fmt: skip
+    target = make_model("llama", 384, layers=5, seed=4, eos_token_id=None)
+    config = replace(head_config(target, "eagle3", 384, 96), rope_theta=500000.0, rope_scaling=scaling)
+    head = init_weights(EagleHead(config), seed=2).eval()
+    save_head(head, tmp_path / "h")
+    loaded = load_head(tmp_path / "h", target.config)
+    assert loaded.config.rope_scaling == scaling
+    reference = LlamaRotaryEmbedding(
+        LlamaConfig(
+            hidden_size=config.hidden_size, num_attention_heads=config.num_heads, head_dim=config.head_dim,
+            max_position_embeddings=config.max_position_embeddings,
+            rope_parameters={**scaling, "rope_theta": 500000.0},
+        )
+    )  # fmt: skip
+    x = torch.randn(1, config.num_heads, 7, config.head_dim, generator=torch.Generator().manual_seed(0))
+    positions = torch.arange(40, 47)
+    cos, sin = reference(x, positions[None])
+    expected, _ = apply_rotary_pos_emb(x, x, cos, sin)
+    torch.testing.assert_close(loaded.layer.rope(x, positions), expected)
+    plain = replace(config, rope_scaling=None)
+    assert not torch.allclose(EagleHead(plain).layer.rope(x, positions), expected)  # scaling matters

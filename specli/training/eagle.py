@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from specli.eagle_head import EagleHead, HeadConfig, default_aux_layers, init_weights, rotate
+from specli.eagle_head import EagleHead, HeadConfig, default_aux_layers, init_weights
 from specli.head_formats import save_head
 from specli.training.corpus import load_corpus
 from specli.training.tiny import (
@@ -176,7 +176,7 @@ def unrolled_states(
         q = a.q_proj(x).view(b, t, c.num_heads, c.head_dim).transpose(1, 2)  # [B, h, T, d]
         k = a.k_proj(x).view(b, t, c.num_kv_heads, c.head_dim).transpose(1, 2)
         v = a.v_proj(x).view(b, t, c.num_kv_heads, c.head_dim).transpose(1, 2)
-        q, k = rotate(q, positions + j, c.rope_theta), rotate(k, positions + j, c.rope_theta)
+        q, k = layer.rope(q, positions + j), layer.rope(k, positions + j)
         if groups > 1:
             k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
         if j == 0:
