@@ -5,6 +5,7 @@ Everything is saved with `save_pretrained` so tests load through the same path u
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -111,3 +112,15 @@ def tiny_pair(tmp_path_factory, tokenizer) -> tuple[Path, Path]:
     target = save_model(root / "target", make_model("llama", vocab, layers=4, seed=1), tokenizer)
     draft = save_model(root / "draft", make_model("llama", vocab, layers=1, seed=2), tokenizer)
     return target, draft
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any attempt to open a socket fails (as a connection error) instead of reaching the network. Files
+    that test hub paths use it for every test (pytestmark)."""
+
+    def refuse(*args, **kwargs):
+        raise OSError("network disabled in tests")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)

@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import make_model
 from rich.console import Console
-from test_lossless_sampling import g_test_pvalue, warpers
+from test_lossless_sampling import exact_joint, g_test_pvalue
 from transformers import AutoModelForCausalLM
 from typer.testing import CliRunner
 
@@ -110,18 +110,6 @@ def test_each_round_drafts_from_the_true_features_of_the_committed_context(which
 V = 8
 PROMPT = [1, 5, 2, 7, 3]
 RUNS = 2500
-
-
-@torch.no_grad()
-def exact_joint(target, cfg: SamplingConfig) -> torch.Tensor:
-    w = warpers(cfg)
-
-    def dist(ids):
-        logits = target(torch.tensor([ids])).logits[:, -1].float()
-        return w(torch.tensor([ids]), logits).softmax(-1)[0]
-
-    first = dist(PROMPT)
-    return torch.stack([first[a] * dist(PROMPT + [a]) for a in range(V)])
 
 
 @pytest.mark.parametrize("which", HEADS)

@@ -6,7 +6,6 @@ weights file is opened. Offline, CPU, tiny models."""
 from __future__ import annotations
 
 import json
-import socket
 import typing
 from pathlib import Path
 
@@ -34,16 +33,7 @@ from specli.model_dirs import read_config
 LAYERS, HIDDEN, DRAFT_VOCAB = 6, 64, 100
 REPO_PRESETS = Path(__file__).resolve().parent.parent / "presets"
 
-
-@pytest.fixture(autouse=True)
-def no_network(monkeypatch):
-    """Any attempt to open a socket fails instead of reaching the network."""
-
-    def refuse(*args, **kwargs):
-        raise OSError("network disabled in tests")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
+pytestmark = pytest.mark.usefixtures("no_network")
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import shutil
-import socket
 from pathlib import Path
 
 import pytest
@@ -21,16 +20,7 @@ from specli.errors import ModelLoadError, SpecliError, UsageError
 HASH = "0123456789abcdef0123456789abcdef01234567"
 needs_no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA messages")
 
-
-@pytest.fixture(autouse=True)
-def no_network(monkeypatch):
-    """Any attempt to open a socket fails (as a connection error) instead of reaching the network."""
-
-    def refuse(*args, **kwargs):
-        raise OSError("network disabled in tests")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
+pytestmark = pytest.mark.usefixtures("no_network")
 
 
 @pytest.fixture(scope="module")
