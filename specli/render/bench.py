@@ -64,7 +64,13 @@ def transformers_table(hf: dict[str, Any], specli_best: dict[str, float]) -> Tab
     table.add_column("mode")
     table.add_column("tok/s", justify="right")
     table.add_column("specli / transformers", justify="right")
-    matching = {"plain": "none", "assisted": "draft", "prompt lookup": "lookup", "early exit": "self"}
+    matching = {
+        "plain": "none",
+        "assisted": "draft",
+        "assisted (transformers defaults)": "draft",
+        "prompt lookup": "lookup",
+        "early exit": "self",
+    }
     for mode, m in hf.items():
         if "error" in m:
             table.add_row(mode, "error", m["error"])
