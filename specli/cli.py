@@ -428,7 +428,7 @@ def generate(
         k = settings.num_draft_tokens
         stdout = Console(highlight=False, no_color=no_color or None, soft_wrap=True)
         mode = "json" if as_json else view or ("live" if stdout.is_terminal else "plain")
-        token_view = TokenView(pair.tokenizer, settings.strategy, k)
+        token_view = TokenView(pair.tokenizer, settings.strategy, k, prompt=text)
         live = LiveView(token_view, stdout) if mode == "live" else None
         writer = PlainWriter(pair.tokenizer, sys.stdout) if mode == "plain" else None
         collected: list[Any] = []

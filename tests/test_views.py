@@ -12,6 +12,7 @@ import sys
 
 import pytest
 import torch
+from conftest import build_tokenizer
 from rich.color import ColorSystem
 from rich.console import Console
 from rich.style import Style
@@ -590,3 +591,14 @@ def run_in_tmux(command: str, width: int, height: int) -> str:
         ).stdout
     finally:
         subprocess.run([*tmux, "kill-server"], capture_output=True)
+
+
+def test_live_view_and_its_save_show_the_prompt_dimmed_above_the_output(tmp_path):
+    out = tmp_path / "view.html"
+    result = invoke("generate", PROMPT, "--max-new-tokens", "8", "--view", "live", "--save", str(out))
+    assert result.exit_code == 0, result.output
+    body = out.read_text()
+    assert PROMPT in body
+    view = TokenView(build_tokenizer(), "draft", 4, prompt=PROMPT)
+    frame = recorded(view.renderable()).export_text(styles=True)
+    assert frame.startswith("\x1b[2mdef fibonacci(n):")  # dim, first

@@ -72,8 +72,9 @@ class Frame:
 class TokenView:
     """The state the view shows: styled committed text, the last round's rejected drafts, stats."""
 
-    def __init__(self, tokenizer: Any, strategy: str, k: int | None) -> None:
+    def __init__(self, tokenizer: Any, strategy: str, k: int | None, prompt: str = "") -> None:
         self.tokenizer = tokenizer
+        self.prompt = Text(visible(prompt), "dim") if prompt else Text()  # shown above the output
         self.strategy = strategy
         self.k = k
         self.decoder = IncrementalDecoder(tokenizer)
@@ -155,7 +156,7 @@ class TokenView:
         if stop is not None:
             footer.append(stop)
         footer.append(self.legend())
-        return Frame(self.body(), footer, max_lines)
+        return Frame(Text.assemble(self.prompt, self.body()), footer, max_lines)
 
 
 class LiveView:
