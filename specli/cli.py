@@ -430,7 +430,7 @@ def generate(
         mode = "json" if as_json else view or ("live" if stdout.is_terminal else "plain")
         token_view = TokenView(pair.tokenizer, settings.strategy, k, prompt=text)
         live = LiveView(token_view, stdout) if mode == "live" else None
-        writer = PlainWriter(pair.tokenizer, sys.stdout) if mode == "plain" else None
+        writer = PlainWriter(sys.stdout) if mode == "plain" else None
         collected: list[Any] = []
         interrupted = False
         with live if live is not None else nullcontext():
@@ -457,9 +457,7 @@ def generate(
                 result["stats"]["stop_reason"] = "interrupted"
             typer.echo(json.dumps(result, ensure_ascii=False))
         elif mode != "live":
-            if writer is not None:
-                writer.close()
-            else:
+            if writer is None:  # --view none: the text at the end
                 sys.stdout.write(pair.decode(tokens))
             sys.stdout.write("\n")
             sys.stdout.flush()

@@ -14,9 +14,9 @@ if TYPE_CHECKING:
 def drafter_window(max_positions: int) -> int:
     """The most recent tokens the draft model drafts from once the context outgrows it (the drafter's
     own rule, so the note cannot drift from it). Imports torch only when called."""
-    from specli.drafters.draft_model import DraftModelDrafter
+    from specli.drafters.draft_model import recent_window
 
-    return DraftModelDrafter(None, 0, max_positions)._window()  # type: ignore[arg-type]
+    return recent_window(max_positions)
 
 
 def generation_notes(

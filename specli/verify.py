@@ -158,8 +158,9 @@ def verify(
         p = process_logits(logits, sampling)  # [k+1, V]
         if q is None:
             q = torch.nn.functional.one_hot(draft_ids, p.shape[-1]).to(p.dtype)  # [k, V]
-        verdict = verify_sampling(draft_ids, q.to(p.device), p, generator)
-        source = token_distribution(verdict, p, q.to(p.device)) if record_top else None  # [V]
+        q = q.to(p.device)  # [k, V]; only a drafter on another device moves it
+        verdict = verify_sampling(draft_ids, q, p, generator)
+        source = token_distribution(verdict, p, q) if record_top else None  # [V]
     if source is None:
         return verdict
     top = _top(source, record_top)

@@ -9,6 +9,11 @@ from specli.drafters.base import Proposal
 from specli.sampling import SamplingConfig, choose
 
 
+def recent_window(max_positions: int) -> int:
+    """How many recent tokens a draft model keeps once the context outgrows it: 3/4 of its own."""
+    return max(1, max_positions * 3 // 4)
+
+
 class DraftModelDrafter:
     """Drafts with its own KV cache. Per round: k forwards; the last drafted token is fed next round.
 
@@ -36,11 +41,7 @@ class DraftModelDrafter:
     def reset(self, prompt_ids: list[int]) -> None:
         self._tokens = list(prompt_ids)
         fits = self.max_positions is None or len(prompt_ids) < self.max_positions
-        self._restart(len(prompt_ids) if fits else self._window())
-
-    def _window(self) -> int:
-        """How many recent tokens the drafter keeps when the context outgrows it (3/4 of its own)."""
-        return max(1, (self.max_positions or 0) * 3 // 4)
+        self._restart(len(prompt_ids) if fits else recent_window(self.max_positions))
 
     def _restart(self, keep: int) -> None:
         """A fresh cache over the most recent `keep` committed tokens. Drafting from a shorter context
@@ -67,7 +68,7 @@ class DraftModelDrafter:
     def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None) -> Proposal:
         if self.max_positions is not None:  # positions fed this round: length-len(pending) .. length+k-2
             if self._length + k - 1 > self.max_positions:
-                self._restart(self._window())  # slide to the most recent context the drafter holds
+                self._restart(recent_window(self.max_positions))  # slide to the most recent context
             k = min(k, self.max_positions - self._length + 1)
         ids: list[torch.Tensor] = []
         qs: list[torch.Tensor] = []

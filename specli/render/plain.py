@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, TextIO
+from typing import TextIO
 
 from specli.events import Round, Stats
 from specli.render.words import count
-from specli.text import IncrementalDecoder
 
 
 def strategy_label(strategy: str, k: int | None = None) -> str:
@@ -33,18 +32,13 @@ def summary_line(stats: Stats, strategy: str, k: int | None = None, exit_layer: 
 
 
 class PlainWriter:
-    """Streams each round's committed text to `out` as soon as its characters are complete."""
+    """Streams each round's text (`Round.text`, decoded once by `Pair.stream`: complete characters only)
+    to `out` as it arrives."""
 
-    def __init__(self, tokenizer: Any, out: TextIO) -> None:
-        self.decoder = IncrementalDecoder(tokenizer)
+    def __init__(self, out: TextIO) -> None:
         self.out = out
 
     def round(self, r: Round) -> None:
-        text = self.decoder.push(r.committed)
-        if text:
-            self.out.write(text)
+        if r.text:
+            self.out.write(r.text)
             self.out.flush()
-
-    def close(self) -> None:
-        self.out.write(self.decoder.flush())
-        self.out.flush()
