@@ -25,7 +25,12 @@ import torch
 from specli import head_formats, loading, plan
 from specli.cached_lm import CachedLM, check_sliding_rollback
 from specli.drafters.base import Drafter
-from specli.drafters.draft_model import DraftModelDrafter
+from specli.drafters.draft_model import (
+    PARALLEL_K_DEFAULT,
+    DraftModelDrafter,
+    parallel_draft_tokens,
+    parallel_mask_token,
+)
 from specli.drafters.eagle import EagleDrafter
 from specli.drafters.prompt_lookup import PromptLookupDrafter
 from specli.drafters.self_speculative import SelfSpeculativeDrafter
@@ -210,7 +215,19 @@ class Pair:
         if settings.strategy == "eagle":
             return EagleDrafter(self.head, self.target_model)
         check_sliding_rollback(self.draft, f"the drafter '{self.draft_name}'", length)
-        return DraftModelDrafter(self.draft, self.target.vocab_size, self.draft_max_positions)
+        return DraftModelDrafter(
+            self.draft,
+            self.target.vocab_size,
+            self.draft_max_positions,
+            mask_token=parallel_mask_token(self.draft_model.config),
+        )
+
+    @property
+    def parallel(self) -> bool:
+        """Whether the pair's own strategy drafts in parallel (a PARD drafter, a P-EAGLE head)."""
+        if self.strategy == "eagle":
+            return self.head is not None and self.head.config.parallel
+        return self.strategy == "draft" and parallel_mask_token(self.draft_model.config) is not None
 
     def stream(
         self,
@@ -369,6 +386,11 @@ def load(
         target_model, draft_model = _load_weights(models, placement, dev, fetcher)
         head_model = _load_head(head, target_model, fetcher) if head is not None else None
     apply_threads(threads, probe)
+    speculation = spec.speculation if spec else None
+    if draft is not None:  # a drafter the preset did not pick: a parallel one brings its own default k
+        k = _parallel_default_k(wanted.strategies[0], draft_model, head_model)
+        if k is not None:
+            speculation = (speculation or SpeculationSpec()).model_copy(update={"num_draft_tokens": k})
     return Pair(
         target_model,
         tokenizer,
@@ -377,11 +399,21 @@ def load(
         target_name=models[0].name,
         draft_name=models[1].name if draft_model is not None else None,
         generation=spec.generation if spec else None,
-        speculation=spec.speculation if spec else None,
+        speculation=speculation,
         placement=placement,
         head=head_model,
         head_name=head.name if head is not None else None,
     )
+
+
+def _parallel_default_k(strategy: str, draft_model: Any, head: EagleHead | None) -> int | None:
+    """The k a parallel drafter was made for (PARD: its recorded K or 8; P-EAGLE: its speculators
+    speculative_tokens or 8), None for an autoregressive one."""
+    if strategy == "draft" and draft_model is not None:
+        return parallel_draft_tokens(draft_model.config)
+    if strategy == "eagle" and head is not None and head.config.parallel:
+        return head.config.extra.get("speculative_tokens") or PARALLEL_K_DEFAULT
+    return None
 
 
 @contextmanager

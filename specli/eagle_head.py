@@ -16,6 +16,11 @@ missing feature at t+1 (eagle3 feeds it without fc; eagle1 through fc like a rea
 
 The head keeps its own KV cache (`HeadCache`): one layer, so one (keys, values) pair that can be cut
 back to any length.
+
+**P-EAGLE** (parallel drafting, docs/design.md §10) is an eagle3 head with a `mask_token_id` and a learned
+`mask_hidden` [1, 1, F] standing in for the target features that do not exist yet: after the true pairs,
+k-1 placeholder positions (the embedding of the mask token, fc(mask_hidden)) give d_2..d_k in the same
+forward. Such heads carry their own trained token embeddings (`embed_tokens`).
 """
 
 from __future__ import annotations
@@ -51,6 +56,8 @@ class HeadConfig:
     norm_before_residual: bool = False
     fc_bias: bool = False
     rope_scaling: dict[str, Any] | None = None  # transformers' rope parameters (e.g. Llama 3's "llama3")
+    mask_token_id: int | None = None  # set: a P-EAGLE head (parallel drafting; eagle3 only)
+    own_embeddings: bool = False  # the head carries its own token embeddings [V_target, H]
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -60,6 +67,22 @@ class HeadConfig:
             raise ValueError(
                 "an eagle1 head drafts through the target's LM head: its vocabulary is the target's"
             )
+        if self.mask_token_id is not None and self.kind != "eagle3":
+            raise ValueError("parallel drafting (a mask token) needs an eagle3 head")
+        if self.mask_token_id is not None and not 0 <= self.mask_token_id < self.target_vocab_size:
+            raise ValueError(
+                f"mask_token_id {self.mask_token_id} is outside the vocabulary of {self.target_vocab_size}"
+            )
+
+    @property
+    def parallel(self) -> bool:
+        """A P-EAGLE head: drafts all k tokens in one forward."""
+        return self.mask_token_id is not None
+
+    @property
+    def label(self) -> str:
+        """eagle1 | eagle3 | peagle, as Round.info and the views name the head."""
+        return "peagle" if self.parallel else self.kind
 
     @property
     def reduced_vocab(self) -> bool:
@@ -166,10 +189,18 @@ class EagleHead(nn.Module):
             self.lm_head = nn.Linear(h, c.draft_vocab_size, bias=False)
             self.register_buffer("d2t", torch.zeros(c.draft_vocab_size, dtype=torch.long))
             self.register_buffer("t2d", torch.ones(c.target_vocab_size, dtype=torch.bool))
+        if c.own_embeddings:
+            self.embed_tokens = nn.Embedding(c.target_vocab_size, h)
+        if c.parallel:
+            self.mask_hidden = nn.Parameter(torch.zeros(1, 1, fused_in))  # [1, 1, F] as speculators stores it
 
     @property
     def layer(self) -> _Layer:
         return self.layers[0]
+
+    def placeholders(self, n: int) -> torch.Tensor:
+        """The hidden input of n placeholder positions (P-EAGLE): fc(mask_hidden) repeated -> [n, H]."""
+        return self.fuse(self.mask_hidden.view(1, -1)).expand(n, -1)
 
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
         """Target features [n, F] -> the layer's hidden input [n, H] (eagle3: fc; eagle1: as they are)."""

@@ -2,7 +2,10 @@
 
 Layouts read (told apart by config.json):
 
-- **speculators** (`speculators_model_type: eagle3`): the layer config under `transformer_layer_config`,
+- **speculators** (`speculators_model_type: eagle3`, or `peagle` for a P-EAGLE head: the same plus
+  `mask_token_id`, a `mask_hidden` [1, 1, F] weight and trained `embed_tokens`; the drafts it was trained
+  for in `speculators_config.proposal_methods[0].speculative_tokens`): the layer config under
+  `transformer_layer_config`,
   `draft_vocab_size`, `eagle_aux_hidden_state_layer_ids` (may be null: the target's defaults),
   `norm_before_residual`, `target_hidden_size` (may be null: the head's own); safetensors weights named
   fc.*, layers.0.*, norm.*, lm_head.*, d2t, t2d (and often embed_tokens.*, a copy of the target's). The
@@ -201,9 +204,9 @@ def config_from_dict(
         )
     else:
         kind = str(data.get("specli_head_type") or data.get("speculators_model_type"))
-        if kind not in ("eagle3", "eagle1"):
+        if kind not in ("eagle3", "eagle1", "peagle"):
             raise ModelLoadError(
-                f"the head {label} is a '{kind}' speculator; specli runs EAGLE-1 and EAGLE-3 heads",
+                f"the head {label} is a '{kind}' speculator; specli runs EAGLE-1, EAGLE-3 and P-EAGLE heads",
                 "pick an EAGLE-3 head (speculators_model_type: eagle3)",
             )
         layer = data.get("transformer_layer_config")
@@ -214,8 +217,14 @@ def config_from_dict(
     hidden = _int(layer, "hidden_size", label)
     heads = _int(layer, "num_attention_heads", label)
     target_vocab = _int(layer, "vocab_size", label)
+    parallel = kind == "peagle"
+    kind = "eagle3" if parallel else kind
+    mask_token = _int(data, "mask_token_id", label) if parallel else None
     aux, defaulted = _aux_layers(aux_ids, kind, target_layers, label)
     extra: dict[str, Any] = {"layout": layout, "aux_defaulted": defaulted}
+    tokens = _speculative_tokens(data)
+    if tokens is not None:
+        extra["speculative_tokens"] = tokens
     rope_scaling = _rope_scaling(layer)
     verifier = (data.get("speculators_config") or {}).get("verifier") or {}
     verifier_name = verifier.get("name_or_path") if isinstance(verifier, Mapping) else None
@@ -240,10 +249,19 @@ def config_from_dict(
             max_position_embeddings=_int(layer, "max_position_embeddings", label, 2048),
             norm_before_residual=bool(data.get("norm_before_residual", False)),
             fc_bias=bool(data.get("fc_bias", kind == "eagle1")),
+            mask_token_id=mask_token,
+            own_embeddings=parallel,
             extra=extra,
         )
     except ValueError as err:  # HeadConfig's own consistency checks
         raise ModelLoadError(f"the EAGLE head {label} has an inconsistent config: {err}") from err
+
+
+def _speculative_tokens(data: Mapping[str, Any]) -> int | None:
+    """The drafts per round a speculators head was made for (its first proposal method's), if named."""
+    methods = (data.get("speculators_config") or {}).get("proposal_methods") or []
+    value = methods[0].get("speculative_tokens") if methods and isinstance(methods[0], Mapping) else None
+    return value if isinstance(value, int) and value >= 1 else None
 
 
 def read_head_config(
@@ -393,7 +411,7 @@ def _match(found: dict[str, tuple[int, ...]], config: HeadConfig, label: str) ->
     names: dict[str, str] = {}
     for key in found:
         new = _rename(key)
-        if new in IGNORED_WEIGHTS:
+        if new in IGNORED_WEIGHTS and new not in expected:  # a P-EAGLE head's embeddings are its own
             continue
         names[key] = new
     renamed = {new: found[key] for key, new in names.items()}
@@ -550,7 +568,7 @@ def head_parameter_bytes(config: HeadConfig, dtype: torch.dtype = torch.bfloat16
 # --------------------------------------------------------------------------- writing (speculators layout)
 
 
-def config_to_dict(config: HeadConfig, verifier: str = "") -> dict[str, Any]:
+def config_to_dict(config: HeadConfig, verifier: str = "", speculative_tokens: int = 4) -> dict[str, Any]:
     """HeadConfig -> config.json (speculators layout; eagle1 under specli's own type name)."""
     layer = {
         "model_type": "llama",
@@ -578,14 +596,17 @@ def config_to_dict(config: HeadConfig, verifier: str = "") -> dict[str, Any]:
         "fc_bias": config.fc_bias,
     }
     if config.kind == "eagle3":
+        kind = config.label  # eagle3 | peagle
+        if config.parallel:
+            data["mask_token_id"] = config.mask_token_id
         data = {
-            "architectures": ["Eagle3Speculator"],
-            "speculators_model_type": "eagle3",
+            "architectures": ["PEagleSpeculator" if config.parallel else "Eagle3Speculator"],
+            "speculators_model_type": kind,
             **data,
             "speculators_config": {
-                "algorithm": "eagle3",
+                "algorithm": kind,
                 "default_proposal_method": "greedy",
-                "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 4}],
+                "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": speculative_tokens}],
                 "verifier": {"name_or_path": verifier, "architectures": ["LlamaForCausalLM"]},
             },
         }
@@ -594,7 +615,7 @@ def config_to_dict(config: HeadConfig, verifier: str = "") -> dict[str, Any]:
     return data
 
 
-def save_head(head: EagleHead, folder: Path, verifier: str = "") -> None:
+def save_head(head: EagleHead, folder: Path, verifier: str = "", speculative_tokens: int = 4) -> None:
     """config.json + model.safetensors (float16 weights; d2t/t2d as they are)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -603,4 +624,6 @@ def save_head(head: EagleHead, folder: Path, verifier: str = "") -> None:
         for name, t in head.state_dict().items()
     }
     save_file(state, str(folder / WEIGHTS), metadata={"format": "pt"})
-    (folder / "config.json").write_text(json.dumps(config_to_dict(head.config, verifier), indent=2) + "\n")
+    (folder / "config.json").write_text(
+        json.dumps(config_to_dict(head.config, verifier, speculative_tokens), indent=2) + "\n"
+    )

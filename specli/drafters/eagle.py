@@ -8,10 +8,14 @@ Per round, with m pairs (feature of x_t, token x_{t+1}) known to be true since t
           k-1 single steps feed the head's own state and the drafted token back (the chain).
   commit: the chain's positions are cut from the head's cache; the verify forward's features of pending
           and the accepted drafts, paired with the next committed tokens, wait for the next round.
+A P-EAGLE head drafts in parallel (docs/design.md §10): the same single head step also runs k-1
+placeholder positions (its mask token's embedding, fc(mask_hidden)) after the true pairs; their outputs
+draft d_2..d_k, so a round costs ONE head forward whatever k is. Commit cuts them like the chain.
 A reduced draft vocabulary maps into the target's (q is zero outside it), so rejection sampling stays
 exact: the target verifies every token as with any other drafter.
 
-Round.info: head (eagle1 | eagle3), target_layers (the hidden states read), draft_vocab (its size) and,
+Round.info: head (eagle1 | eagle3 | peagle), parallel and mask_inputs (P-EAGLE), target_layers (the
+hidden states read), draft_vocab (its size) and,
 with a reduced vocabulary, token_in_draft_vocab (whether the head could have drafted the token the
 target added).
 """
@@ -35,7 +39,8 @@ class EagleDrafter:
     def __init__(self, head: EagleHead, target_model: Any) -> None:
         self.head = head
         self.feature_layers = tuple(head.config.aux_layers)
-        self._embed = target_model.get_input_embeddings()
+        own = getattr(head, "embed_tokens", None)  # P-EAGLE heads train their own
+        self._embed = own if own is not None else target_model.get_input_embeddings()
         self._target_head = target_model.get_output_embeddings()
         self._target_vocab = self._target_head.weight.shape[0]
         self._draft_ids = head.draft_to_target()  # [V_draft] target ids, or None (same vocabulary)
@@ -97,11 +102,19 @@ class EagleDrafter:
         head = self.head
         dtype = head.fc.weight.dtype
         features = torch.cat(self._true_features).to(self.device, dtype)  # [m, F]
-        start = self._cache.length
-        positions = torch.arange(start, start + features.shape[0], device=self.device)
-        states = head.step(self._embeddings(self._true_tokens), head.fuse(features), positions, self._cache)
+        start, m = self._cache.length, features.shape[0]
+        embeds, hidden = self._embeddings(self._true_tokens), head.fuse(features)  # [m, H] each
+        masks = k - 1 if head.config.parallel and k > 1 else 0
+        if masks:  # P-EAGLE: k-1 placeholders ride along in the same forward
+            embeds = torch.cat([embeds, self._embeddings([head.config.mask_token_id] * masks)])
+            hidden = torch.cat([hidden, head.placeholders(masks)])
+        positions = torch.arange(start, start + m + masks, device=self.device)
+        states = head.step(embeds, hidden, positions, self._cache)  # [m + masks, H]
         self._true_features, self._true_tokens = [], []
-        self._true_length = self._cache.length
+        self._true_length = start + m
+        self._info = {"head": head.config.label}
+        if head.config.parallel:
+            return self._propose_parallel(states[m - 1 :], sampling, generator)
         state = states[-1:]  # [1, H]
         ids: list[torch.Tensor] = []
         qs: list[torch.Tensor] = []
@@ -114,13 +127,30 @@ class EagleDrafter:
             if i < k - 1:  # the chain: the head's own state stands in for the missing feature
                 position = torch.tensor([self._cache.length], device=self.device)
                 state = head.step(self._embeddings(token), state, position, self._cache)
+        return self._proposal(ids, qs)
+
+    def _propose_parallel(
+        self, states: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator | None
+    ) -> Proposal:
+        """states [k, H]: the last true slot's and the placeholders' outputs -> d_1..d_k, each drawn from
+        its own position's distribution (none depends on the drafts before it)."""
+        logits = self.head.draft_logits(states, self._target_head)  # [k, V_draft]
+        ids: list[torch.Tensor] = []
+        qs: list[torch.Tensor] = []
+        for row in logits:
+            token, q = choose(self._target_logits(row), sampling, generator)  # [1], [V] | None
+            ids.append(token)
+            if q is not None:
+                qs.append(q)
+        self._info.update(parallel=True, mask_inputs=len(ids) - 1)
+        return self._proposal(ids, qs)
+
+    def _proposal(self, ids: list[torch.Tensor], qs: list[torch.Tensor]) -> Proposal:
         drafted = torch.cat(ids)  # [k]
         self._drafted = drafted.tolist()
-        self._info = {
-            "head": head.config.kind,
-            "target_layers": list(self.feature_layers),
-            "draft_vocab": head.config.draft_vocab_size,
-        }
+        self._info.update(
+            target_layers=list(self.feature_layers), draft_vocab=self.head.config.draft_vocab_size
+        )
         return Proposal(ids=drafted, q=torch.stack(qs) if qs else None, info=self._info)
 
     def commit(self, accepted: int, token: int) -> None:

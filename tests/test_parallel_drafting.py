@@ -1,0 +1,286 @@
+"""Parallel drafting (docs/design.md §10): a PARD-style draft model and a P-EAGLE head draft all k tokens in
+one forward; the output stays the target's own, greedy and sampled."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+from conftest import make_model, save_model
+from test_eagle import reference
+from test_lossless_sampling import exact_joint, g_test_pvalue
+
+import specli
+from specli.cached_lm import CachedLM
+from specli.drafters.draft_model import DraftModelDrafter, parallel_mask_token
+from specli.drafters.eagle import EagleDrafter
+from specli.eagle_head import EagleHead, HeadCache, init_weights
+from specli.engine import EngineConfig, generate_rounds
+from specli.errors import ModelLoadError
+from specli.head_formats import load_head, save_head
+from specli.sampling import SamplingConfig
+from specli.stopping import StopCriteria
+from specli.training.eagle import head_config, set_vocabulary
+
+PROMPTS = ([3, 44, 17, 250, 9, 81, 12], [7])
+
+
+def make_pard(arch: str, vocab: int = 384, seed: int = 2, layers: int = 1, **kw):
+    """A random draft model marked as PARD does it: `pard_token` names an existing embedding row."""
+    model = make_model(arch, vocab, layers=layers, seed=seed, eos_token_id=None, **kw)
+    model.config.pard_token = vocab - 1
+    return model
+
+
+def make_peagle(target, seed: int = 0, std: float = 0.05, reduced: bool = False) -> EagleHead:
+    """A random P-EAGLE head for target: eagle3 + mask token, its own embeddings, a random mask_hidden."""
+    vocab = target.get_output_embeddings().weight.shape[0]
+    config = head_config(target, "eagle3", vocab * 3 // 4 if reduced else vocab, 96)
+    config = replace(config, mask_token_id=vocab - 2, own_embeddings=True)
+    head = init_weights(EagleHead(config), std=std, seed=seed).eval()
+    g = torch.Generator().manual_seed(seed + 5)
+    with torch.no_grad():
+        head.embed_tokens.weight.copy_(target.get_input_embeddings().weight)
+        head.mask_hidden.copy_(torch.randn(head.mask_hidden.shape, generator=g) * 0.5)
+    if reduced:
+        ids = torch.randperm(vocab, generator=g)[: config.draft_vocab_size].sort().values
+        set_vocabulary(head, ids)
+    return head
+
+
+def run(target, drafter, prompt, k, n=24, sampling=None, seed=None):
+    config = EngineConfig(
+        max_new_tokens=n, num_draft_tokens=k, sampling=sampling or SamplingConfig(), seed=seed
+    )
+    return list(generate_rounds(CachedLM(target), drafter, prompt, config, StopCriteria(set())))
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2", "qwen3"])
+def target(request):
+    return make_model(request.param, 384, layers=5, seed=4, eos_token_id=None).eval()
+
+
+# --------------------------------------------------------------------------- PARD (draft model)
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_pard_greedy_output_is_the_targets(target, k):
+    arch = target.config.model_type
+    for drafter_model in (make_pard(arch), _self_pard(target)):
+        drafter = DraftModelDrafter(CachedLM(drafter_model), 384, mask_token=drafter_model.config.pard_token)
+        for prompt in PROMPTS:
+            rounds = run(target, drafter, prompt, k)
+            assert [t for r in rounds for t in r.committed] == reference(target, prompt, 24), (k, prompt)
+            drafted = [r for r in rounds if r.drafted]
+            assert drafted and all(
+                r.info == {"parallel": True, "mask_inputs": len(r.drafted) - 1} for r in drafted
+            )
+
+
+def _self_pard(target):
+    """The target itself, marked as a PARD drafter: d_1 is always right, the masked positions are not."""
+    clone = make_model(target.config.model_type, 384, layers=5, seed=4, eos_token_id=None)
+    clone.config.pard_token = 383
+    return clone
+
+
+def independent_pard_drafts(model, context: list[int], k: int, mask: int) -> list[int]:
+    """What a PARD drafter drafts after `context` from scratch: one causal forward over context + k-1
+    masks; the last k positions' argmax."""
+    with torch.no_grad():
+        logits = model(torch.tensor([context + [mask] * (k - 1)])).logits[0, -k:]
+    return logits.argmax(-1).tolist()
+
+
+def test_pard_drafts_only_from_committed_tokens():
+    """Each round's drafts equal a from-scratch forward over the committed context and fresh masks: a
+    cache that kept the masks, or lost an accepted draft, drafts something else."""
+    target = make_model("llama", 384, layers=5, seed=4, eos_token_id=None).eval()
+    model = _self_pard(target).eval()  # accepts often, so rounds end both ways
+    drafter = DraftModelDrafter(CachedLM(model), 384, mask_token=383)
+    prompt = [3, 44, 17, 250, 9, 81, 12]
+    context, outcomes = list(prompt), set()
+    for r in run(target, drafter, prompt, 4, n=40):
+        if r.drafted:
+            assert r.drafted == independent_pard_drafts(model, context, len(r.drafted), 383), r.index
+            outcomes.add(r.accepted == len(r.drafted))
+        context += r.committed
+    assert outcomes == {True, False}
+
+
+def test_pard_runs_one_drafter_forward_per_round():
+    target = make_model("llama", 384, layers=3, seed=4, eos_token_id=None).eval()
+    model = make_pard("llama")
+    lm = CachedLM(model)
+    calls = []
+    forward = lm.forward
+    lm.forward = lambda ids, cache, **kw: calls.append(ids.numel()) or forward(ids, cache, **kw)
+    rounds = run(target, DraftModelDrafter(lm, 384, mask_token=383), [5, 6, 7, 8], 6, n=20)
+    drafting = [r for r in rounds if r.drafted]
+    assert len(calls) == len(drafting) + 1  # the reset's prefill, then one forward per round
+    assert len(drafting[0].drafted) == 6 and len(calls) < sum(len(r.drafted) for r in drafting)
+
+
+@pytest.mark.parametrize("kind", ["pard", "peagle"])
+def test_parallel_sampling_follows_the_target_distribution(kind):
+    """The first round drafts two tokens in one forward; position 2's q is its own distribution, not
+    position 1's and not one conditioned on d_1. The first two tokens' joint matches the target's."""
+    v = 8
+    target = make_model("llama", v, layers=3, hidden=32, seed=21, init_range=0.6, eos_token_id=None).eval()
+    cfg = SamplingConfig(0.9, top_k=6)
+    exact = exact_joint(target, cfg)
+    if kind == "pard":
+        model = make_pard("llama", v, seed=5, layers=2, hidden=32, init_range=0.6)
+        drafter = DraftModelDrafter(CachedLM(model), v, mask_token=model.config.pard_token)
+    else:
+        drafter = EagleDrafter(make_peagle(target, seed=3, std=0.6), target)
+    counts, drafted, accepted = torch.zeros(v, v), 0, 0
+    for seed in range(2500):
+        rounds = run(target, drafter, [1, 5, 2, 7, 3], 2, n=3, sampling=cfg, seed=seed)
+        assert len(rounds[0].drafted) == 2 and rounds[0].info["parallel"]
+        tokens = [t for r in rounds for t in r.committed]
+        counts[tokens[0], tokens[1]] += 1
+        drafted += sum(len(r.drafted) for r in rounds)
+        accepted += sum(r.accepted for r in rounds)
+    assert 0.05 < accepted / drafted < 0.95
+    assert g_test_pvalue(counts, exact) > 1e-3
+
+
+# --------------------------------------------------------------------------- P-EAGLE (head)
+
+
+@pytest.mark.parametrize("reduced", [False, True])
+@pytest.mark.parametrize("k", [1, 4])
+def test_peagle_greedy_output_is_the_targets(target, reduced, k):
+    head = make_peagle(target, reduced=reduced)
+    for prompt in PROMPTS:
+        rounds = run(target, EagleDrafter(head, target), prompt, k)
+        assert [t for r in rounds for t in r.committed] == reference(target, prompt, 24), (k, prompt)
+        drafted = [r for r in rounds if r.drafted]
+        assert drafted and all(r.info["head"] == "peagle" and r.info["parallel"] for r in drafted)
+        assert all(r.info["mask_inputs"] == len(r.drafted) - 1 for r in drafted)
+
+
+def independent_peagle_drafts(target, head: EagleHead, context: list[int], k: int) -> list[int]:
+    """From scratch: the target's features of context[:-1], the head over every (feature, next token)
+    pair followed by k-1 placeholders (mask embedding, fc(mask_hidden)), argmax of the last k outputs."""
+    with torch.no_grad():
+        hidden = target(torch.tensor([context[:-1]]), output_hidden_states=True).hidden_states
+        features = torch.cat([hidden[i][0] for i in head.config.aux_layers], -1)
+        n = len(context) - 1
+        tokens = torch.tensor(context[1:] + [head.config.mask_token_id] * (k - 1))
+        fill = torch.cat([head.fuse(features), head.placeholders(k - 1)])
+        states = head.step(head.embed_tokens(tokens), fill, torch.arange(n + k - 1), HeadCache())
+        choice = head.draft_logits(states[n - 1 :]).argmax(-1)
+        ids = head.draft_to_target()
+    return (ids[choice] if ids is not None else choice).tolist()
+
+
+def test_peagle_drafts_from_the_true_features_and_fresh_placeholders():
+    target = make_model("llama", 384, layers=5, seed=4, eos_token_id=None).eval()
+    head = make_peagle(target, std=0.2, reduced=True)
+    prompt = [3, 44, 17, 250, 9, 81, 12]
+    context = list(prompt)
+    for r in run(target, EagleDrafter(head, target), prompt, 3, n=30):
+        if r.drafted:
+            assert r.drafted == independent_peagle_drafts(target, head, context, len(r.drafted)), r.index
+        context += r.committed
+
+
+def test_peagle_runs_one_head_forward_per_round():
+    target = make_model("llama", 384, layers=3, seed=4, eos_token_id=None).eval()
+    head = make_peagle(target)
+    calls = []
+    step = head.step
+    head.step = lambda *a, **kw: calls.append(a[0].shape[0]) or step(*a, **kw)
+    rounds = run(target, EagleDrafter(head, target), [5, 6, 7, 8], 6, n=20)
+    assert len(calls) == sum(1 for r in rounds if r.drafted)
+
+
+# --------------------------------------------------------------------------- formats and loading
+
+
+@pytest.fixture(scope="module")
+def parallel_dirs(tiny_pair, tmp_path_factory, tokenizer):
+    """A PARD drafter (pard_token, no recorded K) and a P-EAGLE head (speculative_tokens 6) for tiny_pair's
+    target, saved as users get them."""
+    from transformers import AutoModelForCausalLM
+
+    root = tmp_path_factory.mktemp("parallel")
+    target = AutoModelForCausalLM.from_pretrained(tiny_pair[0])
+    vocab = len(tokenizer)
+    pard = make_model("llama", vocab, layers=1, seed=9)
+    pard.config.pard_token = vocab - 1
+    pard.config.spd_type = "pard"
+    save_model(root / "pard", pard, tokenizer)
+    save_head(make_peagle(target, std=0.2), root / "peagle", verifier=str(tiny_pair[0]), speculative_tokens=6)
+    return root / "pard", root / "peagle"
+
+
+def test_peagle_folder_is_speculators_layout_and_round_trips(tiny_pair, parallel_dirs):
+    from safetensors import safe_open
+
+    folder = parallel_dirs[1]
+    data = json.loads((folder / "config.json").read_text())
+    assert data["speculators_model_type"] == "peagle" and data["architectures"] == ["PEagleSpeculator"]
+    assert data["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == 6
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:
+        hidden = data["target_hidden_size"] * len(data["eagle_aux_hidden_state_layer_ids"])
+        assert f.get_slice("mask_hidden").get_shape() == [1, 1, hidden]
+        assert "embed_tokens.weight" in f.keys()  # noqa: SIM118
+    head = load_head(folder)
+    assert head.config.parallel and head.config.mask_token_id == data["mask_token_id"]
+    assert head.config.extra["speculative_tokens"] == 6
+
+
+def test_broken_peagle_heads_are_refused(tiny_pair, parallel_dirs, tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    source = parallel_dirs[1]
+    data = json.loads((source / "config.json").read_text())
+    cases = {
+        "no mask token": ({k: v for k, v in data.items() if k != "mask_token_id"}, None, "mask_token_id"),
+        "mask outside": ({**data, "mask_token_id": 10**6}, None, "outside the vocabulary"),
+        "no mask_hidden": (data, "mask_hidden", "missing mask_hidden"),
+    }
+    for name, (config, drop, message) in cases.items():
+        folder = tmp_path / name.replace(" ", "_")
+        shutil.copytree(source, folder)
+        (folder / "config.json").write_text(json.dumps(config))
+        if drop:
+            state = load_file(str(folder / "model.safetensors"))
+            save_file({k: v for k, v in state.items() if k != drop}, str(folder / "model.safetensors"))
+        with pytest.raises(ModelLoadError, match=message):
+            specli.load(target=str(tiny_pair[0]), draft=str(folder), strategy="eagle", threads=None)
+
+
+def test_parallel_drafters_bring_their_default_k_and_stay_lossless(tiny_pair, parallel_dirs, tokenizer):
+    pard_dir, peagle_dir = parallel_dirs
+    prompt = "def fibonacci(n):"
+    for strategy, draft, k in (("draft", pard_dir, 8), ("eagle", peagle_dir, 6)):
+        pair = specli.load(target=str(tiny_pair[0]), draft=str(draft), strategy=strategy, threads=None)
+        assert pair.parallel and pair.settings().num_draft_tokens == k
+        assert pair.settings(num_draft_tokens=3).num_draft_tokens == 3  # the caller's k wins
+        ids = pair.encode(prompt)
+        result = pair.generate(prompt_ids=ids, max_new_tokens=20)
+        assert result.token_ids == reference(pair.target_model, ids, 20)[: len(result.token_ids)]
+        assert any(r.info.get("parallel") for r in result.rounds)
+    plain = specli.load(target=str(tiny_pair[0]), draft=str(tiny_pair[1]), threads=None)
+    assert not plain.parallel and plain.settings().num_draft_tokens == 4
+
+
+def test_pard_markers():
+    from types import SimpleNamespace
+
+    from specli.drafters.draft_model import parallel_draft_tokens
+
+    assert parallel_mask_token(SimpleNamespace(pard_token=7)) == 7
+    assert parallel_mask_token(SimpleNamespace(ptd_token_id=9)) == 9  # vLLM's other name for it
+    assert parallel_mask_token(SimpleNamespace(vocab_size=9)) is None
+    assert parallel_draft_tokens(SimpleNamespace(pard_token=7, para_num=5)) == 5
+    assert parallel_draft_tokens(SimpleNamespace(pard_token=7)) == 8
+    assert parallel_draft_tokens(SimpleNamespace()) is None
