@@ -1,6 +1,10 @@
 """`specli bench`: run prompt sets through several strategies and the plain-decoding baseline of the same
 target on the same engine, and measure speed, acceptance and cost (docs/design.md §4). Prints nothing.
 
+With a k sweep (`BenchSettings.ks`), every strategy runs at each k and is reported as "STRATEGY k=K";
+the report's "sweep" section lines up, per strategy, speed, draft and verify time per round and
+acceptance per draft position against k (what parallel drafting buys: its draft time barely grows with k).
+
 Per prompt every strategy starts from fresh drafter state; warm-up runs are not counted; repeats are
 interleaved (the order rotates each repeat) so drift hits all strategies alike; times are medians over
 repeats. Greedy runs must reproduce the baseline's tokens exactly; a difference is an error.
@@ -54,11 +58,13 @@ class BenchPrompt:
 @dataclass(frozen=True)
 class BenchSettings:
     """The generation settings every run uses (its strategy field is ignored: each run sets its own, and
-    seed + repeat as its seed), how many measured repeats per prompt and strategy, and warm-up runs."""
+    seed + repeat as its seed), how many measured repeats per prompt and strategy, warm-up runs, and the
+    k of a sweep."""
 
     settings: Settings
     repeats: int = 1
     warmup: int = 1
+    ks: tuple[int, ...] = ()  # a k sweep: every strategy runs at each of these k (none: the settings' k)
 
     @property
     def base_seed(self) -> int:
@@ -80,6 +86,7 @@ class BenchSettings:
             "exit_layer": s.exit_layer,
             "ngram_min": s.ngram_min,
             "ngram_max": s.ngram_max,
+            "sweep_k": list(self.ks),
         }
 
 
@@ -95,6 +102,14 @@ class Measurement:
     elapsed_s: float
     stats: Stats
     output: list[int] = field(repr=False)
+    num_draft_tokens: int | None = None  # set in a k sweep: the k this run used
+
+    @property
+    def label(self) -> str:
+        """How reports name the run's variant: the strategy, with its k in a sweep ("draft k=4")."""
+        if self.num_draft_tokens is None or self.strategy == BASELINE:
+            return self.strategy
+        return f"{self.strategy} k={self.num_draft_tokens}"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON "runs" row (flat, as in older reports)."""
@@ -103,6 +118,7 @@ class Measurement:
             "prompt_id": self.prompt_id,
             "category": self.category,
             "strategy": self.strategy,
+            "num_draft_tokens": self.num_draft_tokens,
             "repeat": self.repeat,
             "tokens": s.tokens,
             "rounds": s.rounds,
@@ -114,6 +130,7 @@ class Measurement:
             "verify_time_s": s.verify_time,
             "position_drafted": list(s.position_drafted),
             "position_accepted": list(s.position_accepted),
+            "position_judged": list(s.position_judged),
             "output_tokens": len(self.output),
         }
 
@@ -183,10 +200,19 @@ def select_prompts(
 
 
 def measure(
-    pair: Pair, prompt: BenchPrompt, ids: list[int], strategy: str, bench: BenchSettings, repeat: int
+    pair: Pair,
+    prompt: BenchPrompt,
+    ids: list[int],
+    strategy: str,
+    bench: BenchSettings,
+    repeat: int,
+    k: int | None = None,
 ) -> Measurement:
-    """Generate once with `strategy` and seed base_seed + repeat; clocks read after a CUDA synchronize."""
+    """Generate once with `strategy` (at k drafts per round when given, else the settings') and seed
+    base_seed + repeat; clocks read after a CUDA synchronize."""
     settings = bench.settings.replace(strategy=strategy, seed=bench.base_seed + repeat)
+    if k is not None:
+        settings = settings.replace(num_draft_tokens=k)
     stats = Stats()
     output: list[int] = []
     device = pair.target.device
@@ -197,7 +223,7 @@ def measure(
         output += r.committed
     synchronize(device)
     elapsed = time.perf_counter() - start
-    return Measurement(prompt.id, prompt.category, strategy, repeat, elapsed, stats, output)
+    return Measurement(prompt.id, prompt.category, strategy, repeat, elapsed, stats, output, k)
 
 
 def encode_prompts(
@@ -224,19 +250,24 @@ def run_bench(
     progress: Progress | None = None,
 ) -> list[Measurement]:
     """Baseline + strategies on every (prompt, ids), repeats interleaved; returns every measurement.
-    `progress` hears of two stages, warm-up and measuring, and of every run."""
-    order = [BASELINE] + [s for s in strategies if s != BASELINE]
+    In a sweep (bench.ks) every strategy but the baseline runs once per k. `progress` hears of two
+    stages, warm-up and measuring, and of every run."""
+    ks = bench.ks
+    order: list[tuple[str, int | None]] = [(BASELINE, None)]
+    for s in strategies:
+        if s != BASELINE:
+            order += [(s, k) for k in ks] if ks else [(s, None)]
     if progress and bench.warmup:
         progress.stage("warm-up (not counted)", bench.warmup * len(order))
     for _ in range(bench.warmup):
-        for strategy in order:
-            measure(pair, encoded[0][0], encoded[0][1], strategy, bench, 0)
+        for strategy, k in order:
+            measure(pair, encoded[0][0], encoded[0][1], strategy, bench, 0, k)
             if progress:
                 progress.advance()
     if progress:
+        runs = count(len(order), "strategy", "strategies") if not ks else count(len(order), "variant")
         progress.stage(
-            f"measuring {count(len(encoded), 'prompt')} × {count(len(order), 'strategy', 'strategies')} × "
-            f"{count(bench.repeats, 'repeat')}",
+            f"measuring {count(len(encoded), 'prompt')} × {runs} × {count(bench.repeats, 'repeat')}",
             len(encoded) * bench.repeats * len(order),
             similar=True,
         )
@@ -244,8 +275,8 @@ def run_bench(
     for prompt, ids in encoded:
         for repeat in range(bench.repeats):
             shift = repeat % len(order)
-            for strategy in order[shift:] + order[:shift]:
-                measurements.append(measure(pair, prompt, ids, strategy, bench, repeat))
+            for strategy, k in order[shift:] + order[:shift]:
+                measurements.append(measure(pair, prompt, ids, strategy, bench, repeat, k))
                 if progress:
                     progress.advance()
         if on_prompt:
@@ -262,7 +293,7 @@ def identity_errors(measurements: list[Measurement]) -> list[str]:
         if m.strategy != BASELINE and expected is not None and m.output != expected:
             cut = next((i for i, (a, b) in enumerate(zip(m.output, expected, strict=False)) if a != b), None)
             where = f"token {cut}" if cut is not None else f"length {len(m.output)} vs {len(expected)}"
-            errors.append(f"prompt {m.prompt_id}: '{m.strategy}' differs from plain decoding at {where}")
+            errors.append(f"prompt {m.prompt_id}: '{m.label}' differs from plain decoding at {where}")
     return errors
 
 
@@ -293,6 +324,7 @@ def _total(stats: list[Stats]) -> Stats:
         verify_time=sum(s.verify_time for s in stats),
         position_drafted=_sum_by_position([s.position_drafted for s in stats]),
         position_accepted=_sum_by_position([s.position_accepted for s in stats]),
+        position_judged=_sum_by_position([s.position_judged for s in stats]),
     )
 
 
@@ -323,6 +355,7 @@ def _strategy_metrics(strategy: str, runs: list[Measurement]) -> dict[str, Any]:
         "verify_time_s": verify_t,
         "other_time_s": max(0.0, elapsed - draft_t - verify_t),
         "per_position_acceptance": every.per_position_acceptance,
+        "per_position_accept_prob": every.per_position_accept_prob,
     }
 
 
@@ -346,19 +379,56 @@ def _costs(metrics: dict[str, Any], base: dict[str, Any] | None, k: int) -> dict
 
 
 def summarize(measurements: list[Measurement], k: int) -> dict[str, dict[str, dict[str, Any]]]:
-    """{category or "overall": {strategy: metrics}} with docs/design.md §4 definitions."""
+    """{category or "overall": {label: metrics}} with docs/design.md §4 definitions; a label is the
+    strategy, or "STRATEGY k=K" in a sweep (k: the runs' own, else the settings')."""
     groups: dict[str, list[Measurement]] = {}
     for m in measurements:
         groups.setdefault(m.category, []).append(m)
     groups["overall"] = list(measurements)
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for category, rows in groups.items():
-        strategies = list(dict.fromkeys(m.strategy for m in rows))
-        per = {s: _strategy_metrics(s, [m for m in rows if m.strategy == s]) for s in strategies}
+        labels = list(dict.fromkeys(m.label for m in rows))
+        per: dict[str, dict[str, Any]] = {}
+        for label in labels:
+            runs = [m for m in rows if m.label == label]
+            per[label] = _strategy_metrics(runs[0].strategy, runs)
+            per[label]["num_draft_tokens"] = runs[0].num_draft_tokens or k
         base = per.get(BASELINE)
         for metrics in per.values():
-            metrics.update(_costs(metrics, base, k))
+            metrics.update(_costs(metrics, base, metrics["num_draft_tokens"]))
         out[category] = per
+    return out
+
+
+def sweep(measurements: list[Measurement]) -> dict[str, list[dict[str, Any]]]:
+    """{strategy: one row per k, ascending} over all prompts: tok/s, speedup, draft and verify
+    milliseconds per round (and draft time relative to the smallest k), τ, α and α per draft position.
+    Empty when the runs are not a sweep."""
+    if not any(m.num_draft_tokens is not None for m in measurements):
+        return {}
+    overall = summarize(measurements, 0)["overall"]
+    out: dict[str, list[dict[str, Any]]] = {}
+    for metrics in overall.values():
+        if metrics["strategy"] == BASELINE:
+            continue
+        rounds = metrics["rounds"] or 1
+        out.setdefault(metrics["strategy"], []).append(
+            {
+                "k": metrics["num_draft_tokens"],
+                "tokens_per_second": metrics["tokens_per_second"],
+                "speedup": metrics["speedup"],
+                "draft_ms_per_round": 1000 * metrics["draft_time_s"] / rounds,
+                "verify_ms_per_round": 1000 * metrics["verify_time_s"] / rounds,
+                "mean_acceptance_length": metrics["mean_acceptance_length"],
+                "accept_prob": metrics["accept_prob"],
+                "per_position_accept_prob": metrics["per_position_accept_prob"],
+            }
+        )
+    for rows in out.values():
+        rows.sort(key=lambda row: row["k"])
+        first = rows[0]["draft_ms_per_round"] or 1.0
+        for row in rows:
+            row["draft_cost_vs_first"] = row["draft_ms_per_round"] / first
     return out
 
 
@@ -402,6 +472,7 @@ def report(
         "settings": bench.to_dict(),
         "environment": env,
         "summary": summarize(measurements, bench.settings.num_draft_tokens),
+        "sweep": sweep(measurements),
         "errors": errors,
         "skipped": skipped or [],
         "transformers": hf,

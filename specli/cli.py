@@ -612,6 +612,14 @@ def bench(
     limit: Annotated[int | None, typer.Option(help="At most N prompts per category.", min=1)] = None,
     max_new_tokens: Annotated[int, typer.Option(help="Tokens generated per prompt.", min=1)] = 128,
     num_draft_tokens: DraftTokensOpt = None,
+    sweep_k: Annotated[
+        str | None,
+        typer.Option(
+            "--sweep-k",
+            help="Run every strategy at each k: a range '2-8' or a list '2,4,8'. Adds a table per strategy: "
+            "tok/s, draft ms per round against k (what parallel drafting buys) and α by draft position.",
+        ),
+    ] = None,
     temperature: Annotated[float, typer.Option(help="0 = greedy (outputs are checked for identity).")] = 0.0,
     seed: Annotated[int, typer.Option(help="Seed for sampling runs.")] = 0,
     repeats: Annotated[int, typer.Option(help="Runs per prompt and strategy (median).", min=1)] = 1,
@@ -643,6 +651,9 @@ def bench(
     )  # fmt: skip
     with _user_errors(debug):
         strategies = list(dict.fromkeys(check_strategy(s) for s in strategy or []))
+        ks = parse_sweep(sweep_k) if sweep_k is not None else ()
+        if ks and num_draft_tokens is not None:
+            raise UsageError("give --sweep-k or --num-draft-tokens, not both.")
         if prompts and prompt_set:
             raise UsageError("give --prompts or --set, not both.")
         source = Path(prompts) if prompts else (b.set_path(prompt_set) if prompt_set else None)
@@ -660,7 +671,7 @@ def bench(
         if loaded is None:
             loaded = b.read_prompts(b.set_path("chat" if pair.uses_chat(settings.chat) else "code"))
         selected = b.select_prompts(loaded, category or [], limit)
-        bench_settings = b.BenchSettings(settings=settings, repeats=repeats, warmup=warmup)
+        bench_settings = b.BenchSettings(settings=settings, repeats=repeats, warmup=warmup, ks=ks)
         err = _stderr()
         encoded, skipped = b.encode_prompts(pair, selected, settings.chat)
         for note in skipped:
@@ -683,6 +694,22 @@ def bench(
             Path(json_file).write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
         if result["errors"]:
             raise typer.Exit(1)
+
+
+def parse_sweep(text: str) -> tuple[int, ...]:
+    """'2-8' -> (2, 3, ..., 8); '2,4,8' -> (2, 4, 8); each k >= 1. UsageError otherwise."""
+    fix = "Give a range like 2-8 or a list like 2,4,8 (k >= 1)."
+    try:
+        if "-" in text:
+            low, high = (int(part) for part in text.split("-"))
+            ks = tuple(range(low, high + 1))
+        else:
+            ks = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise UsageError(f"--sweep-k '{text}' is not a range or a list of numbers.", fix) from None
+    if not ks or min(ks) < 1:
+        raise UsageError(f"--sweep-k '{text}' names no k >= 1.", fix)
+    return tuple(sorted(set(ks)))
 
 
 def _preset_row(name: str, path: Any) -> list[str]:

@@ -1,4 +1,4 @@
-"""EAGLE draft heads: one decoder layer that drafts from the target's own hidden states.
+"""EAGLE draft heads: a few decoder layers (usually one) that draft from the target's own hidden states.
 
 Two kinds share one module (docs/design.md §7):
 
@@ -14,8 +14,13 @@ Alignment: head position t pairs the feature of token x_t with the embedding of 
 x_{t+2}. When drafting past the known features, the head's own output state at t stands in for the
 missing feature at t+1 (eagle3 feeds it without fc; eagle1 through fc like a real feature).
 
-The head keeps its own KV cache (`HeadCache`): one layer, so one (keys, values) pair that can be cut
-back to any length.
+An eagle3 head may have N > 1 decoder layers (speculators' `num_hidden_layers`; public P-EAGLE heads
+have 4): layer 0 is the fusing layer above, layers 1..N-1 are plain Llama decoder layers [H -> H] on the
+previous layer's output, all at the same positions; the last layer's output is the head's state (fed to
+its norm and LM head, and back as the next step's hidden input). eagle1 heads have one layer.
+
+The head keeps its own KV cache (`HeadCache`): one (keys, values) pair per layer, all of the same length,
+cut back together to any length.
 
 **P-EAGLE** (parallel drafting, docs/design.md §10) is an eagle3 head with a `mask_token_id` and a learned
 `mask_hidden` [1, 1, F] standing in for the target features that do not exist yet: after the true pairs,
@@ -38,7 +43,8 @@ KINDS = ("eagle1", "eagle3")
 @dataclass(frozen=True)
 class HeadConfig:
     """The shape of a head. `aux_layers` are the target hidden states it reads, by transformers'
-    output_hidden_states index (i is the input of layer i; num_layers is the final, normed output)."""
+    output_hidden_states index (i is the input of target layer i; the target's depth L is its final,
+    normed output). `num_layers` are the head's own decoder layers."""
 
     kind: str
     hidden_size: int
@@ -50,6 +56,7 @@ class HeadConfig:
     target_vocab_size: int
     draft_vocab_size: int
     aux_layers: tuple[int, ...]
+    num_layers: int = 1  # decoder layers: the fusing layer 0, then plain Llama layers (eagle3 only)
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
     max_position_embeddings: int = 2048
@@ -67,6 +74,10 @@ class HeadConfig:
             raise ValueError(
                 "an eagle1 head drafts through the target's LM head: its vocabulary is the target's"
             )
+        if self.num_layers < 1:
+            raise ValueError(f"a head needs at least one decoder layer, not {self.num_layers}")
+        if self.kind == "eagle1" and self.num_layers != 1:
+            raise ValueError(f"an eagle1 head has one decoder layer, not {self.num_layers}")
         if self.mask_token_id is not None and self.kind != "eagle3":
             raise ValueError("parallel drafting (a mask token) needs an eagle3 head")
         if self.mask_token_id is not None and not 0 <= self.mask_token_id < self.target_vocab_size:
@@ -149,31 +160,40 @@ def rotate(x: torch.Tensor, positions: torch.Tensor, inv: torch.Tensor, scale: f
 
 @dataclass
 class HeadCache:
-    """The head's keys and values [kv_heads, T, head_dim] (one layer; batch 1)."""
+    """The head's keys and values, per decoder layer [kv_heads, T, head_dim] (batch 1). Every step runs
+    all layers over the same positions, so they all hold the same length."""
 
-    keys: torch.Tensor | None = None
-    values: torch.Tensor | None = None
+    keys: list[torch.Tensor] = field(default_factory=list)
+    values: list[torch.Tensor] = field(default_factory=list)
 
     @property
     def length(self) -> int:
-        return 0 if self.keys is None else self.keys.shape[1]
+        return self.keys[0].shape[1] if self.keys else 0
 
-    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        self.keys = k if self.keys is None else torch.cat([self.keys, k], 1)
-        self.values = v if self.values is None else torch.cat([self.values, v], 1)
-        return self.keys, self.values
+    def append(self, k: torch.Tensor, v: torch.Tensor, layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """Add n positions to `layer` (layers fill in order on the first step) -> all its keys, values."""
+        if layer == len(self.keys):
+            self.keys.append(k)
+            self.values.append(v)
+        elif layer < len(self.keys):
+            self.keys[layer] = torch.cat([self.keys[layer], k], 1)
+            self.values[layer] = torch.cat([self.values[layer], v], 1)
+        else:
+            raise ValueError(f"layer {layer} appended before layer {len(self.keys)}")
+        return self.keys[layer], self.values[layer]
 
     def crop(self, length: int) -> None:
-        """Keep the first `length` positions."""
-        if self.keys is not None:
-            self.keys, self.values = self.keys[:, :length], self.values[:, :length]
+        """Keep the first `length` positions of every layer."""
+        self.keys = [k[:, :length] for k in self.keys]
+        self.values = [v[:, :length] for v in self.values]
 
 
 class EagleHead(nn.Module):
-    """One EAGLE decoder layer with its input fusion and (eagle3) its own norm and LM head.
+    """EAGLE decoder layers with their input fusion and (eagle3) their own norm and LM head.
 
     Weight names follow the `speculators` layout: fc, layers.0.{self_attn,mlp,input_layernorm,
-    hidden_norm,post_attention_layernorm}, norm, lm_head, d2t / t2d buffers (eagle3).
+    hidden_norm,post_attention_layernorm}, layers.i.{self_attn,mlp,input_layernorm,
+    post_attention_layernorm} for i in 1..N-1, norm, lm_head, d2t / t2d buffers (eagle3).
     """
 
     def __init__(self, config: HeadConfig) -> None:
@@ -183,7 +203,7 @@ class EagleHead(nn.Module):
         eagle3 = c.kind == "eagle3"
         fused_in = len(c.aux_layers) * c.target_hidden_size if eagle3 else 2 * h
         self.fc = nn.Linear(fused_in, h, bias=c.fc_bias)
-        self.layers = nn.ModuleList([_Layer(c)])
+        self.layers = nn.ModuleList([_Layer(c, i) for i in range(c.num_layers)])
         if eagle3:
             self.norm = RMSNorm(h, c.rms_norm_eps)
             self.lm_head = nn.Linear(h, c.draft_vocab_size, bias=False)
@@ -196,6 +216,7 @@ class EagleHead(nn.Module):
 
     @property
     def layer(self) -> _Layer:
+        """Layer 0 (the one that reads the fused input)."""
         return self.layers[0]
 
     def placeholders(self, n: int) -> torch.Tensor:
@@ -214,11 +235,14 @@ class EagleHead(nn.Module):
         cache: HeadCache,
     ) -> torch.Tensor:
         """Run n new positions after what cache holds: embeds [n, H], hidden [n, H] (fused features or
-        the head's own states) -> output states [n, H]; appends n keys/values to cache."""
+        the head's own states) -> the last layer's output states [n, H]; appends n keys/values to each
+        layer's cache."""
         if self.config.kind == "eagle1":
-            x = self.fc(torch.cat([embeds, hidden], -1))  # [n, H]
-            return self.layer(x, x, positions, cache)
-        return self.layer.forward_eagle3(embeds, hidden, positions, cache)
+            return self.layer(self.fc(torch.cat([embeds, hidden], -1)), positions, cache)  # [n, H]
+        x = self.layer.forward_eagle3(embeds, hidden, positions, cache)  # [n, H]
+        for layer in self.layers[1:]:
+            x = layer(x, positions, cache)
+        return x
 
     def draft_logits(self, states: torch.Tensor, target_head: nn.Module | None = None) -> torch.Tensor:
         """Output states [n, H] -> logits over the draft vocabulary [n, V_draft] (eagle1: the target's
@@ -237,13 +261,14 @@ class EagleHead(nn.Module):
 
 
 class _Layer(nn.Module):
-    """A Llama decoder layer whose attention may read [2H] (eagle3)."""
+    """A Llama decoder layer; an eagle3 head's layer 0 has a hidden_norm and its attention reads [2H]."""
 
-    def __init__(self, c: HeadConfig) -> None:
+    def __init__(self, c: HeadConfig, index: int = 0) -> None:
         super().__init__()
-        self.c = c
+        self.c, self.index = c, index
         h, d = c.hidden_size, c.head_dim
-        attn_in = 2 * h if c.kind == "eagle3" else h
+        fusing = c.kind == "eagle3" and index == 0
+        attn_in = 2 * h if fusing else h
         self.self_attn = nn.Module()
         self.self_attn.q_proj = nn.Linear(attn_in, c.num_heads * d, bias=False)
         self.self_attn.k_proj = nn.Linear(attn_in, c.num_kv_heads * d, bias=False)
@@ -255,7 +280,7 @@ class _Layer(nn.Module):
         self.mlp.down_proj = nn.Linear(c.intermediate_size, h, bias=False)
         self.input_layernorm = RMSNorm(h, c.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(h, c.rms_norm_eps)
-        if c.kind == "eagle3":
+        if fusing:
             self.hidden_norm = RMSNorm(h, c.rms_norm_eps)
         self._inv_freq, self.rope_scale = rope_frequencies(c)  # [head_dim / 2] float32, not a weight
 
@@ -293,13 +318,12 @@ class _Layer(nn.Module):
         x = self.post_attention_layernorm(h)
         return h + m.down_proj(F.silu(m.gate_proj(x)) * m.up_proj(x))
 
-    def forward(
-        self, x: torch.Tensor, residual: torch.Tensor, positions: torch.Tensor, cache: HeadCache
-    ) -> torch.Tensor:
-        """eagle1: x [n, H] (already fused) -> [n, H]."""
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: HeadCache) -> torch.Tensor:
+        """A plain Llama layer (eagle1's layer on its fused input; eagle3's layers 1..N-1): x [n, H] ->
+        [n, H]."""
         q, k, v = self.qkv(self.input_layernorm(x), positions)
-        keys, values = cache.append(k, v)
-        return self._finish(residual, self.attend(q, keys, values))
+        keys, values = cache.append(k, v, self.index)
+        return self._finish(x, self.attend(q, keys, values))
 
     def forward_eagle3(
         self, embeds: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor, cache: HeadCache
@@ -309,7 +333,7 @@ class _Layer(nn.Module):
         residual = normed if self.c.norm_before_residual else hidden
         x = torch.cat([self.input_layernorm(embeds), normed], -1)  # [n, 2H]
         q, k, v = self.qkv(x, positions)
-        keys, values = cache.append(k, v)
+        keys, values = cache.append(k, v, self.index)
         return self._finish(residual, self.attend(q, keys, values))
 
 

@@ -159,6 +159,7 @@ class Stats:
     stop_reason: StopReason | None = None
     position_drafted: list[int] = field(default_factory=list)
     position_accepted: list[int] = field(default_factory=list)
+    position_judged: list[int] = field(default_factory=list)  # rounds whose drafts before i were all kept
 
     def observe(self, r: Round) -> None:
         self.rounds += 1
@@ -175,9 +176,11 @@ class Stats:
         if grow > 0:
             self.position_drafted += [0] * grow
             self.position_accepted += [0] * grow
+            self.position_judged += [0] * grow
         for i in range(len(r.drafted)):
             self.position_drafted[i] += 1
             self.position_accepted[i] += i < kept
+            self.position_judged[i] += i <= r.accepted
 
     @property
     def acceptance_rate(self) -> float:
@@ -207,6 +210,13 @@ class Stats:
         pairs = zip(self.position_accepted, self.position_drafted, strict=True)
         return [a / d if d else 0.0 for a, d in pairs]
 
+    @property
+    def per_position_accept_prob(self) -> list[float]:
+        """For each draft position i: P(d_i kept | d_1..d_{i-1} kept) = accepted at i / judged at i, the α
+        of that depth alone (where a parallel drafter's acceptance falls with depth)."""
+        judged = self.position_judged + [0] * (len(self.position_accepted) - len(self.position_judged))
+        return [a / j if j else 0.0 for a, j in zip(self.position_accepted, judged, strict=False)]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "rounds": self.rounds,
@@ -222,5 +232,6 @@ class Stats:
             "draft_time_s": self.draft_time,
             "verify_time_s": self.verify_time,
             "per_position_acceptance": self.per_position_acceptance,
+            "per_position_accept_prob": self.per_position_accept_prob,
             "stop_reason": self.stop_reason.value if self.stop_reason else None,
         }

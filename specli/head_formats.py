@@ -10,12 +10,16 @@ Layouts read (told apart by config.json):
   `norm_before_residual`, `target_hidden_size` (may be null: the head's own); safetensors weights named
   fc.*, layers.0.*, norm.*, lm_head.*, d2t, t2d (and often embed_tokens.*, a copy of the target's). The
   EAGLE-3 heads specli trains are written so, which vLLM loads too.
+  `transformer_layer_config.num_hidden_layers` = N > 1 (real P-EAGLE heads have 4) adds plain Llama
+  decoder layers layers.1.* .. layers.{N-1}.* after the fusing layer 0 (see specli/eagle_head.py); every
+  layer's weights must be there.
 - **specli eagle1** (`specli_head_type: eagle1`): the same layout for an EAGLE-1 head (fc over
   cat(embedding, feature) with bias, one layer; no norm or LM head of its own).
 - **SafeAILab** (hub heads such as `yuhuili/EAGLE3-LLaMA3.1-Instruct-8B`, SpecForge/AngelSlim heads):
   config.json is a LlamaForCausalLM config plus `draft_vocab_size` (and maybe `target_hidden_size`,
   `eagle_config.eagle_aux_hidden_state_layer_ids`); weights fc.weight [H, 3·H_target], midlayer.* (read
-  as layers.0.*), norm.weight, lm_head.weight, d2t, t2d; no embeddings; often `pytorch_model.bin`.
+  as layers.0.*; layers.1.* .. when its `num_hidden_layers` says N > 1), norm.weight, lm_head.weight, d2t,
+  t2d; no embeddings; often `pytorch_model.bin`.
 
 One loading path: `read_head_config` (config.json only) -> `check_head` (against the target's config; a
 head that does not fit is refused before any weights file is opened) -> `load_head` (weight names and
@@ -166,12 +170,6 @@ def _check_architecture(layer: Mapping[str, Any], data: Mapping[str, Any], label
             "the Llama decoder layer only",
             "pick a head whose layer config has model_type 'llama' (most EAGLE-3 heads, for any target)",
         )
-    layers = int(layer.get("num_hidden_layers") or 1)
-    if layers != 1:
-        raise ModelLoadError(
-            f"the EAGLE head {label} has {layers} decoder layers; specli runs one-layer heads",
-            "pick a one-layer EAGLE head",
-        )
     flags = [flag for flag in _UNSUPPORTED_FLAGS if data.get(flag)]
     if flags:
         raise ModelLoadError(
@@ -243,6 +241,7 @@ def config_from_dict(
             target_vocab_size=target_vocab,
             draft_vocab_size=_int(data, "draft_vocab_size", label, target_vocab),
             aux_layers=aux,
+            num_layers=_int(layer, "num_hidden_layers", label, 1),
             rms_norm_eps=float(layer.get("rms_norm_eps") or 1e-6),
             rope_theta=_rope_theta(layer),
             rope_scaling=rope_scaling,
@@ -578,7 +577,7 @@ def config_to_dict(config: HeadConfig, verifier: str = "", speculative_tokens: i
         "num_attention_heads": config.num_heads,
         "num_key_value_heads": config.num_kv_heads,
         "head_dim": config.head_dim,
-        "num_hidden_layers": 1,
+        "num_hidden_layers": config.num_layers,
         "hidden_act": "silu",
         "rms_norm_eps": config.rms_norm_eps,
         "rope_theta": config.rope_theta,

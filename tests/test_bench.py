@@ -27,11 +27,12 @@ STRATEGY_KEYS = {
 }  # fmt: skip
 SETTINGS_KEYS = {
     "max_new_tokens", "num_draft_tokens", "temperature", "seed", "repeats", "warmup", "top_k", "top_p",
-    "exit_layer", "ngram_min", "ngram_max",
+    "exit_layer", "ngram_min", "ngram_max", "sweep_k",
 }  # fmt: skip
 RUN_KEYS = {
     "prompt_id", "category", "strategy", "repeat", "tokens", "rounds", "drafted", "accepted", "rejections",
     "elapsed_s", "draft_time_s", "verify_time_s", "position_drafted", "position_accepted", "output_tokens",
+    "num_draft_tokens", "position_judged",
 }  # fmt: skip
 
 
@@ -143,7 +144,9 @@ def test_report_settings_and_runs_keep_their_flat_keys():
     bench = b.BenchSettings(settings, repeats=2, warmup=0)
     runs = [m("none"), m("draft", drafted=8, accepted=5, rejections=2)]
     data = b.report(runs, bench, {}, None)
-    assert set(data) == {"settings", "environment", "summary", "errors", "skipped", "transformers", "runs"}
+    assert set(data) == {
+        "settings", "environment", "summary", "sweep", "errors", "skipped", "transformers", "runs"
+    }  # fmt: skip
     assert set(data["settings"]) == SETTINGS_KEYS
     assert data["settings"] | {"repeats": 2, "warmup": 0} == data["settings"]
     assert (data["settings"]["seed"], data["settings"]["top_k"], data["settings"]["temperature"]) == (
@@ -319,3 +322,48 @@ def test_transformers_comparison_uses_the_same_settings():
         pair, [(b.BenchPrompt("1", "c", "x"), [5, 6])], [], b.BenchSettings(settings.replace(temperature=0))
     )
     assert calls[0]["do_sample"] is False and "top_k" not in calls[0]
+
+
+# --------------------------------------------------------------------------- k sweep
+
+
+def test_parse_sweep():
+    from specli.cli import parse_sweep
+
+    assert parse_sweep("2-5") == (2, 3, 4, 5)
+    assert parse_sweep("8,2,4,4") == (2, 4, 8)
+    for bad in ("0-3", "a", "2-", "", "3-1"):
+        with pytest.raises(UsageError):
+            parse_sweep(bad)
+
+
+def test_sweep_runs_every_strategy_at_each_k(tiny_pair, tmp_path):
+    """--sweep-k 1,3: draft and lookup at k=1 and k=3 beside one plain baseline; every greedy run equals
+    plain decoding; the sweep table lines up draft time per round against k and α by depth."""
+    target, draft = tiny_pair
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("def add(a, b):\nclass Stack:\n")
+    out = tmp_path / "sweep.json"
+    result = CliRunner().invoke(
+        app,
+        ["bench", "--target", str(target), "--draft", str(draft), "--strategy", "draft",
+         "--strategy", "lookup", "--prompts", str(prompts), "--max-new-tokens", "16",
+         "--sweep-k", "1,3", "--json", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["errors"] == [] and data["settings"]["sweep_k"] == [1, 3]
+    labels = {"none", "draft k=1", "draft k=3", "lookup k=1", "lookup k=3"}
+    assert set(data["summary"]["overall"]) == labels
+    assert {r["num_draft_tokens"] for r in data["runs"] if r["strategy"] == "draft"} == {1, 3}
+    assert all(len(r["position_drafted"]) <= r["num_draft_tokens"] for r in data["runs"] if r["drafted"])
+    rows = data["sweep"]["draft"]
+    assert [row["k"] for row in rows] == [1, 3]
+    assert rows[0]["draft_cost_vs_first"] == 1.0
+    summary = data["summary"]["overall"]["draft k=3"]
+    assert rows[1]["tokens_per_second"] == summary["tokens_per_second"]
+    assert rows[1]["draft_ms_per_round"] == pytest.approx(1000 * summary["draft_time_s"] / summary["rounds"])
+    assert len(rows[1]["per_position_accept_prob"]) == 3
+    assert "draft across k" in result.stdout and "α by position" in result.stdout
+    both = CliRunner().invoke(app, ["bench", "--sweep-k", "2-4", "-k", "3"])
+    assert both.exit_code == 2 and "not both" in both.output

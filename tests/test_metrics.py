@@ -178,3 +178,23 @@ def test_drafts_cut_off_by_a_stop_are_not_counted_as_accepted():
     stats.observe(cut)
     assert (stats.accepted, stats.drafted, stats.tokens) == (1, 3, 1)
     assert stats.position_accepted == [1, 0, 0]
+
+
+def test_accept_prob_by_position_counts_only_judged_drafts():
+    """Position i is judged only when the drafts before it were kept: two rounds of k=3, one rejecting
+    at position 2 and one accepting all, give α by position [1, 1/2, 1/1] (not accepted/drafted)."""
+
+    def round_(accepted: int) -> Round:
+        return Round(
+            index=0, drafted=[5, 6, 7], draft_probs=[1.0] * 3, target_probs=[], target_argmax=[5, 6, 7, 8],
+            accept_probs=[1.0] * 3, uniforms=[], accepted=accepted, token=8,
+            kind=TokenKind.BONUS if accepted == 3 else TokenKind.CORRECTION,
+            committed=[5, 6, 7, 8][: accepted + 1], draft_time=0.0, verify_time=0.0, elapsed=0.0,
+        )  # fmt: skip
+
+    stats = Stats()
+    stats.observe(round_(1))
+    stats.observe(round_(3))
+    assert stats.position_judged == [2, 2, 1]
+    assert stats.per_position_accept_prob == [1.0, 0.5, 1.0]
+    assert stats.per_position_acceptance == [1.0, 0.5, 0.5]

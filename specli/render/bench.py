@@ -57,6 +57,33 @@ def category_table(category: str, metrics: dict[str, dict[str, Any]]) -> Table:
     return table
 
 
+def sweep_table(strategy: str, rows: list[dict[str, Any]]) -> Table:
+    """One strategy across k: speed, what a round's drafting costs as k grows, and acceptance by depth."""
+    table = Table(title=f"{strategy} across k", title_justify="left", header_style="bold")
+    for name, justify in (
+        ("k", "right"), ("tok/s", "right"), ("speedup", "right"), ("draft ms/round", "right"),
+        ("× k=" + str(rows[0]["k"]), "right"), ("verify ms/round", "right"), ("τ", "right"),
+        ("α", "right"), ("α by position", "left"),
+    ):  # fmt: skip
+        table.add_column(name, justify=justify)
+    best = max(rows, key=lambda row: row["tokens_per_second"])
+    for row in rows:
+        style = "bold" if row is best else ""
+        table.add_row(
+            str(row["k"]),
+            f"{row['tokens_per_second']:.1f}",
+            _num(row["speedup"], ".2f") + ("×" if row["speedup"] is not None else ""),
+            f"{row['draft_ms_per_round']:.2f}",
+            f"{row['draft_cost_vs_first']:.2f}×",
+            f"{row['verify_ms_per_round']:.2f}",
+            f"{row['mean_acceptance_length']:.2f}",
+            f"{row['accept_prob']:.2f}",
+            " ".join(f"{a:.2f}" for a in row["per_position_accept_prob"]),
+            style=style,
+        )
+    return table
+
+
 def transformers_table(hf: dict[str, Any], specli_best: dict[str, float]) -> Table:
     table = Table(
         title="transformers generate() on the same prompts", title_justify="left", header_style="bold"
@@ -87,12 +114,16 @@ def bench_view(report: dict[str, Any]) -> Group:
     summary = report["summary"]
     for category, metrics in summary.items():
         parts.append(category_table(category, metrics))
+    for strategy, rows in (report.get("sweep") or {}).items():
+        parts.append(sweep_table(strategy, rows))
     s = report["settings"]
     env = report["environment"]
     sampling = f"top_k={s.get('top_k')} · top_p={s.get('top_p')} · " if s["temperature"] else ""
+    ks = s.get("sweep_k") or []
     parts.append(
         Text(
-            f"k={s['num_draft_tokens']} · max_new_tokens={s['max_new_tokens']} · "
+            (f"k={','.join(str(k) for k in ks)} (sweep)" if ks else f"k={s['num_draft_tokens']}")
+            + f" · max_new_tokens={s['max_new_tokens']} · "
             f"temperature={s['temperature']} · {sampling}"
             f"repeats={s['repeats']} (median) · warm-up={s['warmup']} · {env['device']} {env['dtype']} "
             f"quant={env['quantization']} · threads={env['threads']} · peak memory "
@@ -100,13 +131,20 @@ def bench_view(report: dict[str, Any]) -> Group:
             "acc. rate = accepted/drafted · α = accepted/(accepted + rejections), the probability that a "
             "judged draft is kept · τ mean acceptance length (tokens per round) · c draft cost per token "
             "and v verify cost per round, in plain target steps · bound E(α,k)/(k·c+v) with "
-            "E = (1 − α^(k+1))/(1 − α) · efficiency = speedup / bound",
+            "E = (1 − α^(k+1))/(1 − α) · efficiency = speedup / bound"
+            + (
+                " · across k: draft ms/round and its ratio to the smallest k (a parallel drafter's barely "
+                "grows), α by position = P(draft i kept | drafts before it kept); bold: the fastest k"
+                if ks
+                else ""
+            ),
             style="dim",
         )
     )
     if report.get("transformers"):
-        overall = summary.get("overall", {})
-        best = {name: m["tokens_per_second"] for name, m in overall.items()}
+        best: dict[str, float] = {}  # each strategy's fastest variant (its best k in a sweep)
+        for m in summary.get("overall", {}).values():
+            best[m["strategy"]] = max(best.get(m["strategy"], 0.0), m["tokens_per_second"])
         parts.append(transformers_table(report["transformers"], best))
     for error in report.get("errors", []):
         parts.append(Text(f"error: {error}", style="bold red"))

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from specli.events import Round, Stats, TokenKind, expected_acceptance_length
 from specli.render.styles import KIND_STYLES, shown
-from specli.render.words import count, stop_text
+from specli.render.words import count, head_name, stop_text
 from specli.text import IncrementalDecoder
 
 CONTEXT_CHARS = 80
@@ -86,18 +86,41 @@ class ExplainView:
             if not r.drafted:
                 return Text("eagle: no target features yet; this round is a plain target step.")
             layers = ", ".join(str(i) for i in info.get("target_layers", []))
-            kind = "EAGLE-3" if info.get("head") == "eagle3" else "EAGLE-1"
+            kind = head_name(info)
+            if info.get("parallel"):
+                return Text(
+                    f"eagle: a {kind} head proposed {count(len(r.drafted), 'token')} in ONE forward from the "
+                    f"target's hidden states entering layers {layers}: position 1 from the last true "
+                    f"feature{self._mask_words(r)}."
+                )
             return Text(
                 f"eagle: an {kind} head proposed {count(len(r.drafted), 'token')} from the target's hidden "
                 f"states entering layers {layers} (the last drafts from its own states)."
             )
         if self.strategy == "none":
             return Text("plain decoding: no draft; the target adds one token.")
+        if info.get("parallel") and r.drafted:
+            return Text(
+                f"draft: the drafter model proposed {count(len(r.drafted), 'token')} in ONE forward "
+                f"(parallel drafting): position 1 read the last committed token{self._mask_words(r)}."
+            )
         return Text(f"draft: the drafter model proposed {count(len(r.drafted), 'token')}.")
+
+    @staticmethod
+    def _mask_words(r: Round) -> str:
+        """', positions 2-4 read MASK placeholders, so none saw the draft before it' ('' for k = 1)."""
+        n = len(r.drafted)
+        if n < 2:
+            return ""
+        where = "position 2" if n == 2 else f"positions 2-{n}"
+        return f", {where} read MASK placeholders, so no draft saw the one before it"
 
     def _draft_table(self, r: Round) -> Table:
         table = Table(box=None, pad_edge=False, header_style="bold")
+        parallel = bool((r.info or {}).get("parallel"))
         table.add_column("#", justify="right")
+        if parallel:  # what each position read in the drafter's single forward
+            table.add_column("input")
         table.add_column("draft token")
         if self.greedy:
             table.add_column("target argmax")
@@ -114,11 +137,14 @@ class ExplainView:
             label = Text(
                 self._label(token), KIND_STYLES[TokenKind.ACCEPTED] if ok else KIND_STYLES[TokenKind.REJECTED]
             )
+            lead: list[Any] = [str(i + 1)]
+            if parallel:
+                lead.append(Text("MASK", "italic") if i else Text("last token", "dim"))
             if self.greedy:
-                table.add_row(str(i + 1), label, self._label(r.target_argmax[i]), mark)
+                table.add_row(*lead, label, self._label(r.target_argmax[i]), mark)
             else:
                 table.add_row(
-                    str(i + 1),
+                    *lead,
                     label,
                     prob(r.draft_probs[i]),
                     prob(r.target_probs[i]),

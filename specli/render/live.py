@@ -17,7 +17,7 @@ from rich.text import Text
 from specli.events import Round, Stats, TokenKind
 from specli.render.plain import strategy_label
 from specli.render.styles import KIND_LABELS, KIND_STYLES, visible
-from specli.render.words import count, stop_text
+from specli.render.words import count, drafter_note, stop_text
 from specli.text import IncrementalDecoder, continuation_text
 
 CONTEXT_IDS = 8  # committed ids decoded before rejected drafts, for leading spaces and merges
@@ -89,9 +89,9 @@ class TokenView:
     def add(self, r: Round) -> None:
         self.stats.observe(r)
         self.last = r
-        if (r.info or {}).get("target_layers"):  # eagle: which head, fed by which target layers
-            kind = "EAGLE-3" if r.info.get("head") == "eagle3" else "EAGLE-1"
-            self.drafter_note = f"{kind} on layers {','.join(str(i) for i in r.info['target_layers'])}"
+        note = drafter_note(r.info or {})  # which head on which target layers; parallel drafting
+        if note:
+            self.drafter_note = note
         context = self.decoder.ids[-CONTEXT_IDS:] + r.committed[: r.accepted]
         for token, kind in zip(r.committed, r.committed_kinds, strict=True):
             if kind is TokenKind.CORRECTION:

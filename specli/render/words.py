@@ -10,6 +10,24 @@ def count(n: int, singular: str, plural: str | None = None) -> str:
     return f"{n} {singular if n == 1 else plural or singular + 's'}"
 
 
+HEAD_NAMES = {"eagle1": "EAGLE-1", "eagle3": "EAGLE-3", "peagle": "P-EAGLE"}
+
+
+def head_name(info: dict) -> str:
+    """The EAGLE head a round's info names: 'EAGLE-1', 'EAGLE-3' or 'P-EAGLE' (parallel)."""
+    return HEAD_NAMES.get(str(info.get("head")), "EAGLE")
+
+
+def drafter_note(info: dict) -> str:
+    """What the status line says about the drafter, from a round's info: 'EAGLE-3 on layers 2,4,5',
+    'P-EAGLE on layers 2,4,5, parallel', 'parallel: 1 pass per round' (a PARD drafter); '' otherwise."""
+    parallel = "1 pass per round" if info.get("parallel") else ""
+    if info.get("target_layers"):
+        note = f"{head_name(info)} on layers {','.join(str(i) for i in info['target_layers'])}"
+        return f"{note}, {parallel}" if parallel else note
+    return f"parallel: {parallel}" if parallel else ""
+
+
 STOP_REASONS: dict[str, str] = {
     StopReason.EOS.value: "the model ended the text (end-of-sequence token)",
     StopReason.STOP_STRING.value: "a stop string was generated",
