@@ -284,3 +284,66 @@ def test_pard_markers():
     assert parallel_draft_tokens(SimpleNamespace(pard_token=7, para_num=5)) == 5
     assert parallel_draft_tokens(SimpleNamespace(pard_token=7)) == 8
     assert parallel_draft_tokens(SimpleNamespace()) is None
+
+
+# --------------------------------------------------------------------------- training
+
+
+def test_pard_packed_training_layout_equals_the_inference_layout():
+    """Training packs (anchor, depth) queries with a custom mask; each must compute exactly what the
+    drafter computes at inference over [context up to the anchor, MASK x depth]."""
+    from specli.training.pard import pack, parallel_logits
+
+    model = make_pard("llama", 384, layers=2, seed=3)
+    window = torch.randint(0, 383, (1, 20), generator=torch.Generator().manual_seed(0))
+    layout = pack(20, 5, 0.6, torch.Generator().manual_seed(1))
+    assert (layout.offset > 0).sum() < 4 * 20  # conditional drop kept fewer masks than every anchor
+    with torch.no_grad():
+        packed = parallel_logits(model, window, layout, 383)[0]
+        for i in torch.nonzero(layout.offset > 0).flatten()[::3].tolist():
+            t, j = int(layout.anchor[i]), int(layout.offset[i])
+            alone = model(torch.cat([window[0, : t + 1], torch.full((j,), 383)])[None]).logits[0, -1]
+            torch.testing.assert_close(packed[i], alone, atol=1e-4, rtol=1e-4)
+
+
+def test_peagle_packed_training_layout_equals_the_inference_layout():
+    from specli.training.eagle import target_pass
+    from specli.training.pard import pack
+    from specli.training.peagle import packed_inputs, packed_states
+
+    target = make_model("llama", 384, layers=5, seed=4, eos_token_id=None).eval()
+    head = make_peagle(target, std=0.2)
+    window = torch.randint(0, 384, (1, 16), generator=torch.Generator().manual_seed(0))
+    layout = pack(15, 4, 0.7, torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        features, _ = target_pass(target, window, head.config.aux_layers)
+        states = packed_states(head, *packed_inputs(head, window, features, layout), layout)[0]
+        for i in range(0, layout.anchor.numel(), 4):
+            t, j = int(layout.anchor[i]), int(layout.offset[i])
+            tokens = torch.cat([window[0, 1 : t + 2], torch.full((j,), head.config.mask_token_id)])
+            fill = torch.cat([head.fuse(features[0, : t + 1]), head.placeholders(j)])
+            alone = head.step(head.embed_tokens(tokens), fill, torch.arange(t + 1 + j), HeadCache())[-1]
+            torch.testing.assert_close(states[i], alone, atol=1e-4, rtol=1e-4)
+
+
+def test_quick_recipes_write_parallel_drafters_that_load_and_stay_lossless(tmp_path):
+    """`python -m specli.training.pard --quick` and `... peagle --quick`: a PARD drafter (pard_token, one
+    more embedding row) and a P-EAGLE head in the speculators layout, loadable by the user's path and
+    lossless on the embedded target."""
+    from specli.training.pard import main as train_pard
+    from specli.training.peagle import main as train_peagle
+
+    assert train_pard(["--out", str(tmp_path), "--quick", "--threads", "1"]) == 0
+    assert train_peagle(["--out", str(tmp_path), "--quick", "--threads", "1"]) == 0
+    config = json.loads((tmp_path / "tiny-pard" / "config.json").read_text())
+    assert config["pard_token"] == 4096 and config["vocab_size"] == 4097 and config["para_num"] == 8
+    assert (
+        json.loads((tmp_path / "tiny-peagle" / "config.json").read_text())["speculators_model_type"]
+        == "peagle"
+    )
+    plain = specli.load(strategy="none", device="cpu").generate("def parse(line):", max_new_tokens=12)
+    for strategy, name in (("draft", "tiny-pard"), ("eagle", "tiny-peagle")):
+        pair = specli.load(target="embedded:tiny-target", draft=str(tmp_path / name), strategy=strategy)
+        assert pair.parallel and pair.settings().num_draft_tokens == 8
+        result = pair.generate("def parse(line):", max_new_tokens=12)
+        assert result.token_ids == plain.token_ids and result.stats.drafted > 0
