@@ -4,6 +4,7 @@ one forward; the output stays the target's own, greedy and sampled."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -347,3 +348,45 @@ def test_quick_recipes_write_parallel_drafters_that_load_and_stay_lossless(tmp_p
         assert pair.parallel and pair.settings().num_draft_tokens == 8
         result = pair.generate("def parse(line):", max_new_tokens=12)
         assert result.token_ids == plain.token_ids and result.stats.drafted > 0
+
+
+# --------------------------------------------------------------------------- views
+
+
+@pytest.mark.parametrize("strategy", ["draft", "eagle"])
+def test_views_show_a_parallel_round_as_one_pass_with_mask_inputs(tiny_pair, parallel_dirs, strategy):
+    """explain: one drafter pass, the input of every position (the last token, then MASK), q and p when
+    sampling, and where acceptance broke; the live status says the drafting is parallel."""
+    import io
+
+    from rich.console import Console
+
+    from specli.render.explain import ExplainView
+    from specli.render.live import TokenView
+
+    draft = parallel_dirs[0] if strategy == "draft" else parallel_dirs[1]
+    pair = specli.load(target=str(tiny_pair[0]), draft=str(draft), strategy=strategy, threads=None)
+    pair.eos_ids = set()
+    ids = pair.encode("def fibonacci(n):", chat=False)
+    for greedy in (True, False):
+        settings = dict(max_new_tokens=24, num_draft_tokens=4, record_top=3)
+        settings |= {} if greedy else dict(temperature=0.8, seed=3)
+        rounds = [r for r in pair.stream(prompt_ids=ids, **settings) if len(r.drafted) == 4]
+        view = ExplainView(pair.tokenizer, strategy, 4, greedy=greedy, top=3, prompt_ids=ids)
+        console = Console(record=True, width=120, file=io.StringIO())
+        console.print(view.panel(rounds[0]))
+        text = console.export_text()
+        assert "proposed 4 tokens in ONE forward" in text
+        assert "positions 2-4 read MASK placeholders" in text
+        rows = [line for line in text.splitlines() if re.match(r"│ [1-4]  ", line)]  # the table's rows
+        assert len(rows) == 4 and "last token" in rows[0] and all("MASK" in row for row in rows[1:])
+        if not greedy:
+            assert "q(x)" in text and "p(x)" in text
+        if rounds[0].accepted < 4:
+            assert f"Position {rounds[0].accepted + 1} was rejected" in text
+    live = TokenView(pair.tokenizer, strategy, 4)
+    live.add(rounds[0])
+    status = Console(record=True, width=200, file=io.StringIO())
+    status.print(live.status())
+    expected = "parallel: 1 pass per round" if strategy == "draft" else "P-EAGLE on layers"
+    assert expected in status.export_text()
