@@ -19,7 +19,9 @@ Layouts read (told apart by config.json):
   config.json is a LlamaForCausalLM config plus `draft_vocab_size` (and maybe `target_hidden_size`,
   `eagle_config.eagle_aux_hidden_state_layer_ids`); weights fc.weight [H, 3·H_target], midlayer.* (read
   as layers.0.*; layers.1.* .. when its `num_hidden_layers` says N > 1), norm.weight, lm_head.weight, d2t,
-  t2d; no embeddings; often `pytorch_model.bin`.
+  t2d; no embeddings; often `pytorch_model.bin`. A P-EAGLE head in this layout (vLLM's parallel drafting,
+  e.g. AWS's 4-layer heads) names its mask token `ptd_token_id` (or `pard_token`) and adds mask_hidden and
+  its own embed_tokens.
 
 One loading path: `read_head_config` (config.json only) -> `check_head` (against the target's config; a
 head that does not fit is refused before any weights file is opened) -> `load_head` (weight names and
@@ -52,6 +54,8 @@ LAYOUTS = ("speculators", "specli", "safeailab")
 IGNORED_WEIGHTS = ("embed_tokens.weight", "verifier_norm.weight", "verifier_lm_head.weight")
 # speculators options that change the head's computation and that EagleHead does not implement.
 _UNSUPPORTED_FLAGS = ("norm_before_fc", "fc_norm", "norm_output")
+# A SafeAILab-layout head made for vLLM's parallel drafting names its mask token so (AWS's P-EAGLE heads).
+_PARALLEL_TOKEN_KEYS = ("ptd_token_id", "pard_token")
 _LAYER_TYPES = ("llama", None)  # a decoder layer specli's EagleHead reproduces exactly
 _NAMES_SHOWN = 5
 
@@ -194,8 +198,10 @@ def config_from_dict(
             "(speculators), 'specli_head_type' (specli) nor 'draft_vocab_size' on a Llama config (SafeAILab)",
             "pass an EAGLE-3 head (speculators or SafeAILab layout) or one trained by specli",
         )
+    mask_key = None
     if layout == "safeailab":
         kind, layer = "eagle3", data
+        mask_key = next((key for key in _PARALLEL_TOKEN_KEYS if data.get(key) is not None), None)
         eagle = data.get("eagle_config") or {}
         aux_ids = data.get("eagle_aux_hidden_state_layer_ids") or eagle.get(
             "eagle_aux_hidden_state_layer_ids"
@@ -215,9 +221,10 @@ def config_from_dict(
     hidden = _int(layer, "hidden_size", label)
     heads = _int(layer, "num_attention_heads", label)
     target_vocab = _int(layer, "vocab_size", label)
-    parallel = kind == "peagle"
-    kind = "eagle3" if parallel else kind
-    mask_token = _int(data, "mask_token_id", label) if parallel else None
+    if kind == "peagle":
+        kind, mask_key = "eagle3", "mask_token_id"
+    parallel = mask_key is not None
+    mask_token = _int(data, mask_key, label) if mask_key is not None else None
     aux, defaulted = _aux_layers(aux_ids, kind, target_layers, label)
     extra: dict[str, Any] = {"layout": layout, "aux_defaulted": defaulted}
     tokens = _speculative_tokens(data)
@@ -429,6 +436,8 @@ def _match(found: dict[str, tuple[int, ...]], config: HeadConfig, label: str) ->
             "the folder mixes files of different heads, or its layout is not one specli reads",
         )
     for new, shape in renamed.items():
+        if new == "mask_hidden" and tuple(shape) in (expected[new][1:], expected[new][2:]):
+            continue  # [1, F] or [F] (vLLM's parallel drafting reads any): read as [1, 1, F]
         if tuple(shape) != expected[new]:
             raise ModelLoadError(
                 f"the EAGLE head '{label}': weight {new} has shape {list(shape)} but its config.json implies "
@@ -522,6 +531,8 @@ def load_head(
     _check_vocab_map(state, config, label)
     head = EagleHead(config)
     state = {k: (v.to(torch.bool) if k == "t2d" else v.long() if k == "d2t" else v) for k, v in state.items()}
+    if "mask_hidden" in state:
+        state["mask_hidden"] = state["mask_hidden"].reshape(1, 1, -1)
     head.load_state_dict(state, strict=False)  # names were checked above; d2t/t2d may keep their defaults
     return head.to(device=device, dtype=dtype).eval()
 

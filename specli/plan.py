@@ -75,12 +75,12 @@ def head_need(
     head: ModelToLoad, target: ModelToLoad, device: torch.device, trust_remote_code: bool
 ) -> memory.Need:
     """An EAGLE head's weights (in the target's dtype unless its own is set: it loads beside the
-    target's LM head) and its one layer's KV cache for the planned context."""
+    target's LM head) and its layers' KV cache for the planned context."""
     config: HeadConfig = head.config
     dtype = dtype_for(target if head.dtype == "auto" else head, device, trust_remote_code)
     context = min(memory.PLAN_CONTEXT, config.max_position_embeddings or memory.PLAN_CONTEXT)
     size = torch.finfo(dtype).bits // 8
-    kv = 2 * config.num_kv_heads * config.head_dim * context * size
+    kv = 2 * config.num_layers * config.num_kv_heads * config.head_dim * context * size
     estimate = memory.Estimate(head_formats.head_parameter_bytes(config, dtype), kv)
     return memory.Need(head.name, str(dtype).replace("torch.", ""), "none", estimate, context)
 

@@ -233,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = AutoTokenizer.from_pretrained(folder)
     target = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     head = load_head(args.head or embedded_model("tiny-eagle3"), target.config)
+    if head.config.num_layers != 1 or head.config.kind != "eagle3":
+        parser.error("--head must be a one-layer EAGLE-3 head (this recipe trains the fusing layer only)")
     recipe = quick_recipe() if args.quick else PEagleRecipe()
     recipe.seed = args.seed
     if args.steps is not None:
