@@ -1,10 +1,12 @@
 """The memory planner: how much a model needs (weights at a dtype/quantization + KV cache for a context),
 estimated from its config before any weights load, and whether that fits the devices' free memory.
 
-Weights are counted from the architecture (embeddings, attention, gated MLP, norms, LM head unless tied).
-bitsandbytes quantizes the decoder layers' linear weights only: 8-bit stores 1 byte per weight plus a
-float scale per row; 4-bit (nf4, double-quantized) about 4.13 bits per weight. Embeddings, norms and the
-LM head stay at the compute dtype.
+Weights are counted from the architecture (embeddings, attention, gated MLP, norms, LM head unless tied);
+a mixture-of-experts model counts every expert's gated MLP and the router (all experts sit in memory, however
+few are active per token). Sliding-window layers (gpt-oss, Gemma 2) hold at most their window of keys and
+values. bitsandbytes quantizes the decoder layers' linear weights only: 8-bit stores 1 byte per weight plus a
+float scale per row; 4-bit (nf4, double-quantized) about 4.13 bits per weight. Embeddings, norms, the
+LM head and a mixture's experts (3-D parameters, not linear modules) stay at the compute dtype.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ class Shape:
     head_dim: int | None = None
     attention_bias: bool = False
     max_positions: int | None = None  # the longest context the config declares (None: not declared)
+    experts: int = 0  # routed experts per layer, each a gated MLP of intermediate_size (0: one dense MLP)
+    sliding_layers: int = 0  # layers that attend to the last sliding_window tokens only
+    sliding_window: int | None = None
 
     @property
     def head_size(self) -> int:
@@ -54,25 +59,41 @@ class Shape:
             return cls.from_config(text)
         heads = get("num_attention_heads") or get("n_head")
         hidden = get("hidden_size") or get("n_embd")
+        experts = get("num_local_experts") or get("num_experts") or 0
+        experts = experts if isinstance(experts, int) and experts > 1 else 0
+        mlp = (
+            (get("moe_intermediate_size") if experts else None) or get("intermediate_size") or get("n_inner")
+        )
+        window = get("sliding_window")
+        sliding = sum(kind == "sliding_attention" for kind in get("layer_types") or ()) if window else 0
         return cls(
             vocab_size=get("vocab_size"),
             hidden_size=hidden,
             num_layers=get("num_hidden_layers") or get("n_layer"),
             num_heads=heads,
             num_kv_heads=get("num_key_value_heads") or heads,
-            intermediate_size=get("intermediate_size") or get("n_inner") or 4 * hidden,
+            intermediate_size=mlp or 4 * hidden,
             tied=bool(get("tie_word_embeddings", False)),
             head_dim=get("head_dim"),
             attention_bias=bool(get("attention_bias", False) or get("model_type") in ("qwen2",)),
             max_positions=config_max_positions(config),
+            experts=experts,
+            sliding_layers=sliding,
+            sliding_window=window if sliding else None,
         )
 
     def linear_parameters(self) -> int:
         """Weights of the decoder layers' linear projections (what bitsandbytes quantizes)."""
         d, q, kv = self.hidden_size, self.num_heads * self.head_size, self.num_kv_heads * self.head_size
         attention = d * q + 2 * d * kv + q * d
-        mlp = 3 * d * self.intermediate_size
+        mlp = 0 if self.experts else 3 * d * self.intermediate_size
         return self.num_layers * (attention + mlp)
+
+    def expert_parameters(self) -> int:
+        """A mixture of experts' MLPs and router [experts, d]: 3-D parameters in transformers 5, which
+        bitsandbytes does not quantize (it replaces nn.Linear modules only)."""
+        d = self.hidden_size
+        return self.num_layers * self.experts * (3 * d * self.intermediate_size + d)
 
     def other_parameters(self) -> int:
         """Embeddings, LM head (unless tied), norms and biases."""
@@ -83,11 +104,13 @@ class Shape:
         return self.vocab_size * d + head + self.num_layers * 2 * d + d + bias
 
     def parameters(self) -> int:
-        return self.linear_parameters() + self.other_parameters()
+        return self.linear_parameters() + self.expert_parameters() + self.other_parameters()
 
     def kv_bytes(self, tokens: int, dtype_bytes: int = 2) -> int:
-        """Keys and values of every layer for `tokens` positions."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_size * tokens * dtype_bytes
+        """Keys and values of every layer for `tokens` positions (a sliding layer's window at most)."""
+        window = min(tokens, self.sliding_window) if self.sliding_window else tokens
+        positions = (self.num_layers - self.sliding_layers) * tokens + self.sliding_layers * window
+        return 2 * self.num_kv_heads * self.head_size * positions * dtype_bytes
 
 
 @dataclass(frozen=True)
@@ -111,7 +134,7 @@ class Estimate:
 
 def estimate(shape: Shape, dtype_bytes: int = 2, quant: str = "none", context: int = 4096) -> Estimate:
     """Memory of one model at a dtype (bytes per value) and quantization, with a KV cache of `context`."""
-    linear, other = shape.linear_parameters(), shape.other_parameters()
+    linear, other = shape.linear_parameters(), shape.other_parameters() + shape.expert_parameters()
     if quant == "4bit":
         weights = linear * NF4_BITS / 8 + other * dtype_bytes
     elif quant == "8bit":
@@ -145,6 +168,24 @@ KNOWN_SHAPES: MappingProxyType[str, Shape] = MappingProxyType(
         "Qwen/Qwen2.5-Coder-0.5B-Instruct": _llama(151936, 896, 24, 14, 2, 4864, True, True),
         "facebook/layerskip-llama3.2-1B": _llama(128256, 2048, 16, 32, 8, 8192, True),
         "facebook/layerskip-llama3-8B": _llama(128256, 4096, 32, 32, 8, 14336, False),
+        # PARD parallel drafters: Llama-3.2-1B and Qwen2.5-0.5B adapted, same shapes (pard_token reuses a row)
+        "amd/PARD-Llama-3.2-1B": _llama(128256, 2048, 16, 32, 8, 8192, True),
+        "amd/PARD-Qwen2.5-0.5B": _llama(151936, 896, 24, 14, 2, 4864, True, True),
+        # 32 experts (4 active) per layer; every other layer attends to a 128-token window
+        "openai/gpt-oss-20b": Shape(
+            vocab_size=201088,
+            hidden_size=2880,
+            num_layers=24,
+            num_heads=64,
+            num_kv_heads=8,
+            intermediate_size=2880,  # each expert's
+            tied=False,
+            head_dim=64,
+            attention_bias=True,
+            experts=32,
+            sliding_layers=12,
+            sliding_window=128,
+        ),
     }
 )
 
@@ -170,16 +211,48 @@ DTYPE_BYTES = MappingProxyType({"float32": 4, "float16": 2, "bfloat16": 2, "auto
 EAGLE_DRAFT_VOCAB = 32000  # the reduced draft vocabulary most EAGLE-3 heads use
 
 
-def head_estimate(target: Shape, dtype_bytes: int = 2, context: int = 4096) -> Estimate:
-    """An EAGLE-3 head for `target`, from the target's shape alone: fc [3d -> d], one decoder layer whose
-    q/k/v read 2d, its norm and an LM head over a draft vocabulary of up to 32k tokens; KV of one layer
-    for `context` tokens, or the target's own context when shorter."""
+@dataclass(frozen=True)
+class HeadShape:
+    """What an EAGLE head has beyond the one-layer head `head_estimate` derives from its target's shape."""
+
+    layers: int = 1  # decoder layers: the first reads 2d (embedding + feature), the rest are plain layers
+    draft_vocab: int | None = None  # rows of its LM head (None: up to EAGLE_DRAFT_VOCAB)
+    intermediate_size: int | None = None  # its MLP (None: the target's)
+    parallel: bool = False  # P-EAGLE: trained embeddings of its own (target vocabulary) and mask_hidden [3d]
+
+
+def head_estimate(
+    target: Shape, dtype_bytes: int = 2, context: int = 4096, head: HeadShape | None = None
+) -> Estimate:
+    """An EAGLE-3 head for `target`, from the target's shape (and `head`, where known): fc [3d -> d], a
+    decoder layer whose q/k/v read 2d and (multi-layer heads) plain layers after it, the norms and an LM
+    head over a draft vocabulary of up to 32k tokens (a P-EAGLE head adds embeddings and mask_hidden);
+    KV of each layer for `context` tokens, or the target's own context when shorter."""
+    head = head or HeadShape()
     context = target.context(context)
     d, q, kv = target.hidden_size, target.num_heads * target.head_size, target.num_kv_heads * target.head_size
-    layer = 2 * d * (q + 2 * kv) + q * d + 3 * d * target.intermediate_size
-    parameters = 3 * d * d + layer + min(EAGLE_DRAFT_VOCAB, target.vocab_size) * d + 4 * d
-    kv_bytes = 2 * target.num_kv_heads * target.head_size * context * dtype_bytes
+    mlp = 3 * d * (head.intermediate_size or target.intermediate_size)
+    layer = 2 * d * (q + 2 * kv) + q * d + mlp
+    more = (head.layers - 1) * (d * (q + 2 * kv) + q * d + mlp + 2 * d)
+    vocab = head.draft_vocab or min(EAGLE_DRAFT_VOCAB, target.vocab_size)
+    own = target.vocab_size * d + 3 * d if head.parallel else 0
+    parameters = 3 * d * d + layer + more + vocab * d + 4 * d + own
+    kv_bytes = head.layers * 2 * target.num_kv_heads * target.head_size * context * dtype_bytes
     return Estimate(parameters * dtype_bytes, kv_bytes)
+
+
+# EAGLE heads the shipped presets name whose shape is not the one-layer default. The P-EAGLE head of
+# gpt-oss-20b (facts from its model card and from aws-neuron/nkipy's loader of the checkpoint: an EAGLE-3
+# fusion layer + 3 Llama layers, lm_head 2880 -> 201088 with an identity d2t, its own embed_tokens,
+# mask_hidden [1, 1, 8640], ptd_token_id 201020; about 3.6 GB in bfloat16, 1.8B parameters). Its MLP width
+# is inferred: 14336 is the width that gives that size with the target's attention shape.
+KNOWN_HEADS: MappingProxyType[str, HeadShape] = MappingProxyType(
+    {
+        "amazon/GPT-OSS-20B-P-EAGLE": HeadShape(
+            layers=4, draft_vocab=201088, intermediate_size=14336, parallel=True
+        ),
+    }
+)
 
 
 def _preset_shapes(preset: Any) -> list[Shape | None]:
@@ -211,7 +284,9 @@ def preset_estimate(preset: Any, context: int = 4096) -> int | None:
             4 if spec.model.startswith("embedded:") and spec.dtype == "auto" else DTYPE_BYTES[spec.dtype]
         )
         target_bytes = estimate(target, dtype_bytes, spec.quantization, target.context(context)).total_bytes
-        return target_bytes + head_estimate(target, dtype_bytes, context).total_bytes
+        head_spec = getattr(preset, "eagle_head", None) or preset.draft
+        head = KNOWN_HEADS.get(head_spec.model) if head_spec is not None else None
+        return target_bytes + head_estimate(target, dtype_bytes, context, head).total_bytes
     for spec in (preset.target, preset.draft):
         if spec is None:
             continue

@@ -3,6 +3,7 @@ models whose size is known, the fit check and its message, and the planner in `p
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -85,6 +86,150 @@ def test_presets_list_json_and_show_carry_the_estimate():
     assert all(p["estimated_memory_bytes"] for p in data)
     shown = CliRunner().invoke(app, ["presets", "show", "llama-70b-1b"]).stdout
     assert "estimated memory: 47.8 GB" in shown
+
+
+# --------------------------------------------------------------------------- parallel drafters, MoE, P-EAGLE
+
+NEW_PRESETS = ("llama-8b-pard", "qwen2.5-7b-pard", "gpt-oss-20b-peagle")
+
+
+@pytest.mark.parametrize("name", NEW_PRESETS)
+def test_parallel_presets_are_planned_from_known_shapes(name):
+    """Catches a preset whose models are not in KNOWN_SHAPES (its estimate would come from nowhere)."""
+    from specli.presets import resolve_preset
+
+    preset = resolve_preset(name)
+    assert preset.target.model in memory.KNOWN_SHAPES
+    if preset.strategy == "eagle":
+        assert preset.draft.model in memory.KNOWN_HEADS
+    else:
+        assert preset.draft.model in memory.KNOWN_SHAPES
+    assert memory.preset_estimate(preset) is not None
+
+
+@pytest.mark.parametrize(
+    ("pard", "base"),
+    [
+        ("amd/PARD-Llama-3.2-1B", "meta-llama/Llama-3.2-1B-Instruct"),
+        ("amd/PARD-Qwen2.5-0.5B", "Qwen/Qwen2.5-0.5B-Instruct"),
+    ],
+)
+def test_pard_drafters_have_their_base_models_shape(pard, base):
+    assert memory.KNOWN_SHAPES[pard] == memory.KNOWN_SHAPES[base]
+
+
+def test_pard_presets_cost_what_their_autoregressive_twins_do():
+    """Same shapes, same dtypes: a PARD preset plans exactly the memory of the preset it parallelizes."""
+    from specli.presets import resolve_preset
+
+    for pard, twin in (("llama-8b-pard", "llama-8b-1b"), ("qwen2.5-7b-pard", "qwen2.5-7b-0.5b")):
+        assert memory.preset_estimate(resolve_preset(pard)) == memory.preset_estimate(resolve_preset(twin))
+
+
+# openai/gpt-oss-20b's config.json (the numbers the shape needs; quantization_config omitted)
+GPT_OSS_20B_CONFIG = {
+    "model_type": "gpt_oss",
+    "vocab_size": 201088,
+    "hidden_size": 2880,
+    "intermediate_size": 2880,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "head_dim": 64,
+    "attention_bias": True,
+    "num_local_experts": 32,
+    "num_experts_per_tok": 4,
+    "sliding_window": 128,
+    "layer_types": ["sliding_attention", "full_attention"] * 12,
+    "max_position_embeddings": 131072,
+    "tie_word_embeddings": False,
+}
+
+
+def test_moe_weights_count_every_expert():
+    """gpt-oss-20b: about 21B parameters (OpenAI's figure; 3.6B active), so about 42 GB in bfloat16,
+    where a dense reading of its config (one MLP of intermediate_size 2880) would say under 5 GB."""
+    shape = memory.KNOWN_SHAPES["openai/gpt-oss-20b"]
+    assert 20.5e9 < shape.parameters() < 21.5e9
+    weights = memory.estimate(shape, dtype_bytes=2).weights_bytes
+    assert abs(weights - 2 * 21e9) <= 0.05 * 2 * 21e9
+    dense = dataclasses.replace(shape, experts=0)
+    assert memory.estimate(dense, 2).weights_bytes < 5e9
+    # bitsandbytes replaces nn.Linear modules only: the experts (3-D parameters) stay 16-bit under --quant
+    four = memory.estimate(shape, 2, "4bit").weights_bytes
+    assert shape.expert_parameters() * 2 < four < weights
+
+
+def test_moe_shape_from_config_matches_the_known_one():
+    """The planner at load time reads the checkpoint's config: it must find the experts and the sliding
+    layers there too (the known shape declares no context, the config 131072: same 4096-token plan)."""
+    from_config = memory.Shape.from_config(GPT_OSS_20B_CONFIG)
+    known = memory.KNOWN_SHAPES["openai/gpt-oss-20b"]
+    assert (from_config.experts, from_config.sliding_layers, from_config.sliding_window) == (32, 12, 128)
+    assert from_config.parameters() == known.parameters()
+    assert from_config.kv_bytes(from_config.context(4096)) == known.kv_bytes(4096)
+
+
+def test_sliding_layers_hold_their_window_of_kv():
+    """gpt-oss-20b: 12 full layers hold 4096 tokens, 12 sliding ones 128 (2 x 8 kv heads x 64 x 2 bytes)."""
+    shape = memory.KNOWN_SHAPES["openai/gpt-oss-20b"]
+    per_token_layer = 2 * 8 * 64 * 2
+    assert shape.kv_bytes(4096, 2) == per_token_layer * (12 * 4096 + 12 * 128)
+    assert shape.kv_bytes(100, 2) == per_token_layer * 24 * 100  # under the window: every layer alike
+    all_full = memory.Shape.from_config({**GPT_OSS_20B_CONFIG, "layer_types": ["full_attention"] * 24})
+    assert all_full.sliding_layers == 0 and all_full.kv_bytes(4096, 2) == per_token_layer * 24 * 4096
+
+
+def test_dense_configs_read_no_experts():
+    for config in ({"num_experts": 1}, {"num_local_experts": None}, {}):
+        shape = memory.Shape.from_config({**_config_of("tiny-target"), **config})
+        assert shape.experts == 0
+
+
+def test_parameter_count_of_tiny_moe_models():
+    """Mixtral exactly; gpt-oss within 2% (its expert biases, o_proj bias and attention sinks are not
+    counted: 0.03% of the real model)."""
+    mixtral = make_model("mixtral", layers=3, hidden=64, num_local_experts=4)
+    assert memory.Shape.from_config(mixtral.config).parameters() == sum(
+        p.numel() for p in mixtral.parameters()
+    )
+    gpt_oss = make_model(
+        "gpt_oss", layers=3, hidden=64, num_local_experts=4, num_experts_per_tok=2, head_dim=16
+    )
+    real = sum(p.numel() for p in gpt_oss.parameters())
+    assert abs(memory.Shape.from_config(gpt_oss.config).parameters() - real) <= 0.02 * real
+
+
+def test_the_p_eagle_head_is_planned_with_its_four_layers():
+    """amazon/GPT-OSS-20B-P-EAGLE: about 3.6 GB in bfloat16 (1.8B parameters: 4 layers, own embeddings, a
+    full-vocabulary LM head), where the one-layer default would plan about half; KV for 4 layers."""
+    target = memory.KNOWN_SHAPES["openai/gpt-oss-20b"]
+    head = memory.head_estimate(target, 2, 4096, memory.KNOWN_HEADS["amazon/GPT-OSS-20B-P-EAGLE"])
+    assert abs(head.weights_bytes - 3.6e9) <= 0.05 * 3.6e9
+    one_layer = memory.head_estimate(target, 2, 4096)
+    assert one_layer.weights_bytes < 0.6 * head.weights_bytes
+    assert head.kv_bytes == 4 * one_layer.kv_bytes == 4 * 2 * 8 * 64 * 4096 * 2
+
+
+def test_head_shapes_default_to_the_one_layer_head():
+    """The default HeadShape is the one-layer head every other eagle preset was planned with; each more
+    layer adds one plain decoder layer (q/k/v read d, not 2d) and its two norms."""
+    target = memory.KNOWN_SHAPES["meta-llama/Llama-3.1-8B-Instruct"]
+    assert memory.head_estimate(target, 2, 4096) == memory.head_estimate(target, 2, 4096, memory.HeadShape())
+    d, q, kv, i = 4096, 4096, 1024, 14336
+    plain = d * (q + 2 * kv) + q * d + 3 * d * i + 2 * d
+    two = memory.head_estimate(target, 2, 4096, memory.HeadShape(layers=2))
+    assert two.weights_bytes - memory.head_estimate(target, 2, 4096).weights_bytes == 2 * plain
+
+
+def test_presets_list_shows_the_parallel_presets():
+    data = {p["name"]: p for p in json.loads(CliRunner().invoke(app, ["presets", "list", "--json"]).stdout)}
+    assert set(NEW_PRESETS) <= set(data)
+    assert 48e9 < data["gpt-oss-20b-peagle"]["estimated_memory_bytes"] < 53e9  # bf16 target + 4-layer head
+    shown = CliRunner().invoke(app, ["presets", "show", "gpt-oss-20b-peagle"]).stdout
+    assert "estimated memory: 50.1 GB" in shown
+    listed = CliRunner().invoke(app, ["presets", "list"], env={"COLUMNS": "200"}).stdout
+    assert all(name in listed for name in NEW_PRESETS)
 
 
 def test_load_stops_before_weights_when_the_pair_does_not_fit(tiny_pair, monkeypatch):

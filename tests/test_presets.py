@@ -86,6 +86,40 @@ def test_shipped_preset_contents(name, target, quant, draft):
     assert preset.generation.chat_template == "on"
 
 
+@pytest.mark.parametrize(
+    ("name", "strategy", "target", "draft", "k"),
+    [
+        ("llama-8b-pard", "draft", "meta-llama/Llama-3.1-8B-Instruct", "amd/PARD-Llama-3.2-1B", 8),
+        ("qwen2.5-7b-pard", "draft", "Qwen/Qwen2.5-7B-Instruct", "amd/PARD-Qwen2.5-0.5B", 8),
+        ("gpt-oss-20b-peagle", "eagle", "openai/gpt-oss-20b", "amazon/GPT-OSS-20B-P-EAGLE", 7),
+    ],
+)
+def test_parallel_drafting_presets(name, strategy, target, draft, k):
+    """The PARD and P-EAGLE presets: their pair, their k (the preset's own, not the drafter's default of 8
+    for P-EAGLE), bfloat16 and chat on, no quantization (gpt-oss ships its own MXFP4)."""
+    preset = resolve_preset(name)
+    assert preset.strategy == strategy
+    assert (preset.target.model, preset.target.dtype, preset.target.quantization) == (
+        target,
+        "bfloat16",
+        "none",
+    )
+    assert preset.draft is not None and (preset.draft.model, preset.draft.dtype) == (draft, "bfloat16")
+    assert preset.speculation.num_draft_tokens == k
+    assert preset.generation.chat_template == "on" and preset.generation.temperature == 0.0
+    assert preset.notes and ("PARD" in preset.notes or "P-EAGLE" in preset.notes)
+    if strategy == "eagle":
+        assert preset.eagle_head == preset.draft
+
+
+def test_parallel_preset_notes_state_their_requirements():
+    assert "HF_TOKEN" in resolve_preset("llama-8b-pard").notes  # the gated Llama target
+    assert "Not gated" in resolve_preset("qwen2.5-7b-pard").notes
+    notes = resolve_preset("gpt-oss-20b-peagle").notes
+    assert "4 decoder layers" in notes  # a multi-layer head, said so
+    assert "kernels" in notes and "MXFP4" in notes and "SPECLI_NO_MEMORY_CHECK" in notes
+
+
 def test_llama_8b_target_is_bfloat16_and_notes_mention_token():
     preset = resolve_preset("llama-8b-1b")
     assert preset.target.dtype == "bfloat16"
