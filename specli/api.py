@@ -211,15 +211,17 @@ class Pair:
             return PromptLookupDrafter(settings.ngram_min, settings.ngram_max)
         if settings.strategy == "self":
             check_sliding_rollback(self.target, f"'{self.target_name}' (strategy self)", length)
-            return SelfSpeculativeDrafter(LayerStack(self.target_model), settings.exit_layer)
+            stack = LayerStack(self.target_model)
+            return SelfSpeculativeDrafter(stack, settings.exit_layer, p_min=settings.draft_p_min)
         if settings.strategy == "eagle":
-            return EagleDrafter(self.head, self.target_model)
+            return EagleDrafter(self.head, self.target_model, p_min=settings.draft_p_min)
         check_sliding_rollback(self.draft, f"the drafter '{self.draft_name}'", length)
         return DraftModelDrafter(
             self.draft,
             self.target.vocab_size,
             self.draft_max_positions,
             mask_token=parallel_mask_token(self.draft_model.config),
+            p_min=settings.draft_p_min,
         )
 
     @property
@@ -245,9 +247,11 @@ class Pair:
         round that completes it.
 
         `settings` (default: `self.settings()`) with keyword overrides on top: max_new_tokens,
-        temperature, top_k, top_p, seed, num_draft_tokens, stop, chat, strategy, exit_layer, ngram_min,
+        temperature, top_k, top_p, seed, num_draft_tokens (the most a round drafts), fixed_k (True: every
+        round drafts num_draft_tokens), draft_p_min, stop, chat, strategy, exit_layer, ngram_min,
         ngram_max (None = unset). Bad values raise UsageError here, before the first round. Each call
-        starts from fresh caches and drafter state. record_top > 0 fills each round's token_source (the
+        starts from fresh caches and drafter state. With sampling, a seed reproduces the output only with
+        fixed_k: the per-round k follows measured speed. record_top > 0 fills each round's token_source (the
         top entries of the distribution its last token came from).
         """
         settings = self._resolve(settings, overrides)
@@ -255,6 +259,7 @@ class Pair:
         config = EngineConfig(
             max_new_tokens=settings.max_new_tokens,
             num_draft_tokens=settings.num_draft_tokens,
+            fixed_k=settings.fixed_k,
             sampling=settings.sampling,
             seed=settings.seed,
             record_top=record_top,

@@ -208,11 +208,11 @@ def measure(
     repeat: int,
     k: int | None = None,
 ) -> Measurement:
-    """Generate once with `strategy` (at k drafts per round when given, else the settings') and seed
-    base_seed + repeat; clocks read after a CUDA synchronize."""
+    """Generate once with `strategy` (at exactly k drafts per round when given, else as the settings say)
+    and seed base_seed + repeat; clocks read after a CUDA synchronize."""
     settings = bench.settings.replace(strategy=strategy, seed=bench.base_seed + repeat)
-    if k is not None:
-        settings = settings.replace(num_draft_tokens=k)
+    if k is not None:  # a sweep measures each k as such: every round drafts k
+        settings = settings.replace(num_draft_tokens=k, fixed_k=True)
     stats = Stats()
     output: list[int] = []
     device = pair.target.device
@@ -346,6 +346,7 @@ def _strategy_metrics(strategy: str, runs: list[Measurement]) -> dict[str, Any]:
         "drafted": median.drafted,
         "accepted": median.accepted,
         "rejections": median.rejections,
+        "mean_k": every.drafted / every.rounds if every.rounds else 0.0,
         "acceptance_rate": every.acceptance_rate,
         "accept_prob": every.accept_prob,
         "mean_acceptance_length": every.mean_acceptance_length,

@@ -164,12 +164,31 @@ ExitLayerOpt = Annotated[
     int | None,
     typer.Option(help="self: layers that draft (1 .. layers-1; default: the preset's, else a quarter)."),
 ]
+FixedKOpt = Annotated[
+    bool,
+    typer.Option(
+        "--fixed-k",
+        help="Draft exactly --num-draft-tokens every round (by default each round chooses its k up to it, "
+        "from measured acceptance and costs).",
+    ),
+]
+DraftPMinOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--draft-p-min",
+        help="End a draft before a token the drafter gives less probability than this (0 = off)."
+        + _tiny_default("draft_p_min"),
+    ),
+]
 NgramMinOpt = Annotated[int | None, typer.Option(help="lookup: shortest n-gram to match (default 1).")]
 NgramMaxOpt = Annotated[int | None, typer.Option(help="lookup: longest n-gram to match (default 3).")]
 DraftTokensOpt = Annotated[
     int | None,
     typer.Option(
-        "--num-draft-tokens", "-k", help="Tokens drafted per round (k)." + _tiny_default("num_draft_tokens")
+        "--num-draft-tokens",
+        "-k",
+        help="The most tokens a round drafts (k); each round chooses its own up to it unless --fixed-k."
+        + _tiny_default("num_draft_tokens"),
     ),
 ]
 MaxNewOpt = Annotated[
@@ -269,6 +288,8 @@ class GenerationOptions:
     exit_layer: int | None = None
     ngram_min: int | None = None
     ngram_max: int | None = None
+    fixed_k: bool | None = None
+    draft_p_min: float | None = None
 
     def overrides(self) -> dict[str, Any]:
         """As keyword arguments for `resolve_settings` / `Pair.settings`."""
@@ -382,6 +403,8 @@ def generate(
     exit_layer: ExitLayerOpt = None,
     ngram_min: NgramMinOpt = None,
     ngram_max: NgramMaxOpt = None,
+    fixed_k: FixedKOpt = False,
+    draft_p_min: DraftPMinOpt = None,
     num_draft_tokens: DraftTokensOpt = None,
     max_new_tokens: MaxNewOpt = None,
     temperature: TemperatureOpt = None,
@@ -416,7 +439,8 @@ def generate(
     options = GenerationOptions(
         max_new_tokens=max_new_tokens, num_draft_tokens=num_draft_tokens, temperature=temperature,
         top_k=top_k, top_p=top_p, seed=seed, stop=stop, chat=chat, exit_layer=exit_layer,
-        ngram_min=ngram_min, ngram_max=ngram_max,
+        ngram_min=ngram_min, ngram_max=ngram_max, fixed_k=fixed_k or None,
+        draft_p_min=draft_p_min,
     )  # fmt: skip
     with _user_errors(debug):
         if view is not None and view not in VIEWS:
@@ -503,6 +527,8 @@ def explain(
     exit_layer: ExitLayerOpt = None,
     ngram_min: NgramMinOpt = None,
     ngram_max: NgramMaxOpt = None,
+    fixed_k: FixedKOpt = False,
+    draft_p_min: DraftPMinOpt = None,
     num_draft_tokens: DraftTokensOpt = None,
     max_new_tokens: MaxNewOpt = None,
     temperature: TemperatureOpt = None,
@@ -541,7 +567,8 @@ def explain(
     options = GenerationOptions(
         max_new_tokens=max_new_tokens, num_draft_tokens=num_draft_tokens, temperature=temperature,
         top_k=top_k, top_p=top_p, seed=seed, stop=stop, chat=chat, exit_layer=exit_layer,
-        ngram_min=ngram_min, ngram_max=ngram_max,
+        ngram_min=ngram_min, ngram_max=ngram_max, fixed_k=fixed_k or None,
+        draft_p_min=draft_p_min,
     )  # fmt: skip
     with _user_errors(debug), _step_keys(step, prompt_on_stdin=prompt == "-") as keys:
         _check_save(save)
@@ -627,6 +654,8 @@ def bench(
     exit_layer: ExitLayerOpt = None,
     ngram_min: NgramMinOpt = None,
     ngram_max: NgramMaxOpt = None,
+    fixed_k: FixedKOpt = False,
+    draft_p_min: DraftPMinOpt = None,
     compare_hf: Annotated[
         bool, typer.Option("--compare-hf", help="Also time transformers' own (assisted) generate().")
     ] = False,
@@ -648,6 +677,7 @@ def bench(
     options = GenerationOptions(
         max_new_tokens=max_new_tokens, num_draft_tokens=num_draft_tokens, temperature=temperature,
         seed=seed, chat=chat, exit_layer=exit_layer, ngram_min=ngram_min, ngram_max=ngram_max,
+        fixed_k=fixed_k or None, draft_p_min=draft_p_min,
     )  # fmt: skip
     with _user_errors(debug):
         strategies = list(dict.fromkeys(check_strategy(s) for s in strategy or []))

@@ -3,6 +3,9 @@
 Target cache invariant: it holds every committed token except the last one (`pending`). A round runs
 ONE target forward over [pending, d_1..d_k] -> logits for k+1 positions, verifies, commits
 d_1..d_accepted + (correction | bonus), and rewinds the k - accepted rejected positions.
+
+Each round's k is chosen by `DraftLength` (docs/design.md §11) up to num_draft_tokens, unless fixed_k;
+the drafter may propose fewer (its confidence threshold, the end of a lookup match).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 import torch
 
 from specli.cached_lm import CachedLM, synchronize
+from specli.draft_length import DraftLength
 from specli.drafters.base import Drafter, Proposal, ReadsTargetFeatures, SharesTargetCache
 from specli.events import Round, StopReason
 from specli.sampling import SamplingConfig
@@ -26,11 +30,13 @@ TargetForward = Callable[..., torch.Tensor]  # (ids [n], cache, last_only=False)
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """max_new_tokens >= 1; num_draft_tokens k >= 1 (ignored without a drafter); record_top > 0 fills
-    each Round's token_source with that many entries (one more host sync per round, for views)."""
+    """max_new_tokens >= 1; num_draft_tokens k >= 1, the most a round drafts (ignored without a drafter);
+    fixed_k: every round drafts k (else each round chooses up to k); record_top > 0 fills each Round's
+    token_source with that many entries (one more host sync per round, for views)."""
 
     max_new_tokens: int
     num_draft_tokens: int = 4
+    fixed_k: bool = False
     sampling: SamplingConfig = SamplingConfig()
     seed: int | None = None
     record_top: int = 0
@@ -58,12 +64,16 @@ def generate_rounds(
     cache = _prefill(target, drafter, prompt_ids, forward)
     pending, generated = prompt_ids[-1], []
     limit = min(config.max_new_tokens, (max_positions or 1 << 62) - len(prompt_ids))
+    length = None
+    if drafter is not None:
+        parallel = bool(getattr(drafter, "parallel", False))
+        length = DraftLength(config.num_draft_tokens, fixed=config.fixed_k, parallel=parallel)
 
     for index in range(config.max_new_tokens):
         budget = limit - len(generated)  # tokens this generation may still commit
         if budget <= 0:
             return
-        k = min(config.num_draft_tokens, budget - 1) if drafter is not None else 0
+        k, why = length.choose(budget) if length is not None else (0, "")
 
         t0 = perf_counter()  # draft
         proposal = drafter.propose(k, config.sampling, draft_generator) if k > 0 else Proposal.empty()
@@ -76,6 +86,8 @@ def generate_rounds(
         if drafter is not None:
             drafter.commit(verdict.accepted, verdict.token)
         t2 = perf_counter()
+        if length is not None:
+            length.observe(len(verdict.drafted), verdict.accepted, t1 - t0, t2 - t1)
 
         committed, reason = stop.commit(generated, verdict.committed)  # cut at EOS / a stop string
         generated += committed
@@ -93,6 +105,8 @@ def generate_rounds(
             elapsed=perf_counter() - start,
             stop=reason,
             info=proposal.info,
+            draft_limit=k,
+            draft_reason=proposal.cut if proposal.cut and len(verdict.drafted) < k else why,
         )
         if reason is not None:
             return
@@ -127,9 +141,9 @@ def _target_forward(target: CachedLM, drafter: Drafter | None) -> TargetForward:
     if isinstance(drafter, SharesTargetCache):
 
         def forward_shared(ids: torch.Tensor, cache: Any, last_only: bool = False) -> torch.Tensor:
-            if last_only or ids.shape[0] == 1:  # the prefill, or a round that drafted nothing
+            if last_only:  # the prefill
                 return target.forward(ids, cache, last_only=last_only)
-            return drafter.verify_forward(ids, cache)  # reuses the draft's work
+            return drafter.verify_forward(ids, cache)  # reuses whatever the draft computed
 
         return forward_shared
     return target.forward

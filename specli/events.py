@@ -53,6 +53,10 @@ class Round:
     text: what this round adds to the output text, filled by `Pair.stream` (the engine, which has no
         tokenizer, leaves it ""). Joined over a generation the texts give `Result.text`; a character
         split across rounds appears in the round that completes it.
+    draft_limit / draft_reason: the k this round allowed and why (docs/design.md §11): "cost model"
+        (the k that maximizes expected tokens per second), "warm-up" (the maximum, before enough rounds
+        were measured), "fixed" (--fixed-k), "budget" (the tokens left), or why the drafter proposed
+        fewer: "threshold" (draft_p_min), "match" (a lookup match ended), "context".
     """
 
     index: int
@@ -73,6 +77,8 @@ class Round:
     info: dict[str, Any] = field(default_factory=dict)
     token_source: list[tuple[int, float]] = field(default_factory=list)
     text: str = ""
+    draft_limit: int = 0
+    draft_reason: str = ""
 
     @classmethod
     def from_verdict(
@@ -86,6 +92,8 @@ class Round:
         elapsed: float,
         stop: StopReason | None = None,
         info: dict[str, Any] | None = None,
+        draft_limit: int = 0,
+        draft_reason: str = "",
     ) -> Round:
         """The event for one verified round; `committed` is verdict.committed cut at a stop."""
         return cls(
@@ -106,6 +114,8 @@ class Round:
             stop=stop,
             info=info or {},
             token_source=verdict.token_source,
+            draft_limit=draft_limit,
+            draft_reason=draft_reason,
         )
 
     @property

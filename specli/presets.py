@@ -69,7 +69,9 @@ class ModelSpec(_Spec):
 class SpeculationSpec(_Spec):
     """How the drafter proposes tokens."""
 
-    num_draft_tokens: int = Field(4, ge=1)
+    num_draft_tokens: int = Field(4, ge=1)  # the most a round drafts (each round's k is chosen up to it)
+    fixed_k: bool = False  # draft num_draft_tokens every round (no per-round choice)
+    draft_p_min: float = Field(0.0, ge=0, le=1)  # stop a draft at a token the drafter gives less than this
     ngram_min: int = Field(1, ge=1)
     ngram_max: int = Field(3, ge=1)
     exit_layer: int | None = Field(None, ge=1)

@@ -62,3 +62,13 @@ def choose(
         return logits.argmax(-1, keepdim=True), None  # [1]
     q = process_logits(logits, cfg)  # [V]
     return sample(q, generator)[None], q  # [1], [V]
+
+
+def confident(logits: torch.Tensor, p_min: float) -> bool:
+    """Whether the top probability of softmax(logits [V]) is at least p_min (always, for p_min <= 0): a
+    drafter's confidence in its next token, at temperature 1. One host sync when p_min > 0."""
+    if p_min <= 0:
+        return True
+    logits = logits.float()
+    top = 1.0 / torch.exp(logits - logits.max()).sum()  # max softmax without materialising it
+    return bool(top >= p_min)

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 STRATEGIES: tuple[str, ...] = get_args(Preset.model_fields["strategy"].annotation)
 MODEL_FREE_STRATEGIES = ("lookup", "self", "none")  # need no drafter model
 GENERATION_FIELDS = ("max_new_tokens", "temperature", "top_k", "top_p")
-SPECULATION_FIELDS = ("num_draft_tokens", "ngram_min", "ngram_max", "exit_layer")
+SPECULATION_FIELDS = ("num_draft_tokens", "fixed_k", "draft_p_min", "ngram_min", "ngram_max", "exit_layer")
 _RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than_equal", "finite_number"}
 
 # What a value out of its range means, per field, in the words of the command line (option names).
@@ -40,6 +40,7 @@ _RANGE_MESSAGES: dict[str, Callable[[Any], str]] = {
     "ngram_min": lambda v: f"ngram-min must be at least 1 (got {v}).",
     "ngram_max": lambda v: f"ngram-max must be at least 1 (got {v}).",
     "exit_layer": lambda v: f"exit-layer must be at least 1 (got {v}).",
+    "draft_p_min": lambda v: f"draft-p-min must be in [0, 1] (got {v}); 0 turns it off.",
 }
 
 
@@ -61,7 +62,9 @@ class Settings:
     Built through `resolve_settings` or `Pair.settings`; constructing or `replace`-ing one validates
     every value again (UsageError on a bad one), so a Settings object always holds valid values.
     exit_layer applies to strategy 'self', ngram_min/ngram_max to 'lookup'; chat None follows the
-    preset's chat_template rule.
+    preset's chat_template rule. num_draft_tokens is the most a round drafts: each round chooses its k
+    up to it (docs/design.md §11) unless fixed_k; draft_p_min > 0 ends a draft before a token the
+    drafter gives less probability than that.
     """
 
     strategy: str  # "draft" | "lookup" | "self" | "none"
@@ -76,6 +79,8 @@ class Settings:
     ngram_max: int = 3
     exit_layer: int | None = None
     chat: bool | None = None
+    fixed_k: bool = False
+    draft_p_min: float = 0.0
 
     def __post_init__(self) -> None:
         check_strategy(self.strategy)

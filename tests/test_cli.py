@@ -452,7 +452,7 @@ def test_presets_show():
 
 def test_presets_show_unknown_name():
     message = assert_user_error(invoke("presets", "show", "qwen2.5-7b"), 2, "unknown preset 'qwen2.5-7b'")
-    assert "Did you mean 'qwen2.5-7b-pard'?" in message  # the closest name (difflib), among the qwen2.5-7b ones
+    assert "Did you mean 'qwen2.5-7b-pard'?" in message  # the closest name (difflib)
     assert_user_error(invoke("presets", "show", "nothing-like-it", "--json"), 2, "llama-8b-1b")
 
 

@@ -21,11 +21,14 @@ from specli.sampling import SamplingConfig
 @dataclass
 class Proposal:
     """ids [k] (long, any device); q [k, V_target] the distributions they were drawn from, or None for
-    a deterministic proposal (q is one-hot at each id). k may be smaller than asked, even 0."""
+    a deterministic proposal (q is one-hot at each id). k may be smaller than asked, even 0; `cut` then
+    says why ("threshold": the drafter's confidence fell below draft_p_min; "match": a lookup match
+    ended; "context": the drafter's context is full)."""
 
     ids: torch.Tensor
     q: torch.Tensor | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    cut: str | None = None
 
     @classmethod
     def empty(cls) -> Proposal:
@@ -56,7 +59,7 @@ class Drafter(Protocol):
 class SharesTargetCache(Protocol):
     """A drafter that drafts inside the target's own cache and computes the verify forward itself (self).
 
-    The engine calls `attach(cache)` after the prefill and, in rounds with k > 0 drafted tokens,
+    The engine calls `attach(cache)` after the prefill and, every round (k >= 0 drafted tokens),
     `verify_forward(ids [k+1], cache) -> logits [k+1, V]` instead of the target's plain forward; the
     result must equal what that forward would return, and leave k+1 new positions in every layer.
     """

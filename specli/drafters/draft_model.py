@@ -14,7 +14,7 @@ import torch
 
 from specli.cached_lm import CachedLM
 from specli.drafters.base import Proposal
-from specli.sampling import SamplingConfig, choose
+from specli.sampling import SamplingConfig, choose, confident
 
 MASK_TOKEN_KEYS = ("pard_token", "ptd_token_id")  # config keys naming a parallel drafter's mask token
 PARALLEL_K_KEY = "para_num"  # the drafts per forward a parallel drafter was trained for, when recorded
@@ -46,10 +46,13 @@ def recent_window(max_positions: int) -> int:
 
 
 class DraftModelDrafter:
-    """Drafts with its own KV cache. Per round: k forwards; the last drafted token is fed next round.
+    """Drafts with its own KV cache. Autoregressive: up to k forwards, each feeding the token drafted
+    before; parallel (mask_token set): one forward over [pending, MASK x (k-1)].
 
-    Cache invariant: the cache holds every committed token except `pending` (tokens the drafter has not
-    yet run: the last correction/bonus, preceded by the final draft token after a fully accepted round).
+    Cache invariant: the cache holds every committed token except `pending` (committed tokens the
+    drafter has not run yet: the last correction/bonus, preceded by the accepted drafts it never fed).
+    p_min > 0 ends a draft before a token whose drafter probability is below it (the top probability
+    of the drafter's own distribution).
     """
 
     name = "draft"
@@ -60,14 +63,17 @@ class DraftModelDrafter:
         target_vocab: int,
         max_positions: int | None = None,
         mask_token: int | None = None,
+        p_min: float = 0.0,
     ) -> None:
         self.lm = lm
         self.mask_token = mask_token  # set: drafts in parallel (PARD)
         self.target_vocab = target_vocab
         self.max_positions = max_positions
+        self.p_min = p_min
         self._cache = None
         self._pending: list[int] = []
         self._drafted = torch.empty(0, dtype=torch.long)  # [k] last proposal
+        self._fed: int | None = None  # drafts run after pending this round (None: nothing ran)
         self._length = 0  # tokens in the drafter's context (its positions), including pending
         self._tokens: list[int] = []  # every committed token, prompt included
 
@@ -75,6 +81,11 @@ class DraftModelDrafter:
     def device(self) -> torch.device:
         """Where the drafter samples (the engine gives it a generator there)."""
         return self.lm.output_device
+
+    @property
+    def parallel(self) -> bool:
+        """Whether a round's drafts come from one forward (its cost barely grows with k)."""
+        return self.mask_token is not None
 
     def reset(self, prompt_ids: list[int]) -> None:
         self._tokens = list(prompt_ids)
@@ -91,6 +102,7 @@ class DraftModelDrafter:
             self.lm.settle(self._cache)
         self._pending = [recent[-1]]
         self._drafted = torch.empty(0, dtype=torch.long)
+        self._fed = None
         self._length = len(recent)
 
     def _align(self, logits: torch.Tensor) -> torch.Tensor:
@@ -104,59 +116,68 @@ class DraftModelDrafter:
         return logits
 
     def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None) -> Proposal:
+        asked, cut = k, None
         if self.max_positions is not None:  # positions fed this round: length-len(pending) .. length+k-2
             if self._length + k - 1 > self.max_positions:
                 self._restart(recent_window(self.max_positions))  # slide to the most recent context
             k = min(k, self.max_positions - self._length + 1)
-        if self.mask_token is not None and k > 0:
-            return self._propose_parallel(k, sampling, generator)
+            cut = "context" if k < asked else None
+        self._fed = None
+        if k <= 0:
+            self._drafted = torch.empty(0, dtype=torch.long)
+            return Proposal(ids=self._drafted, cut=cut)
+        if self.mask_token is not None:
+            return self._propose_parallel(k, sampling, generator, cut)
         ids: list[torch.Tensor] = []
         qs: list[torch.Tensor] = []
         inp = torch.tensor(self._pending)
-        for _ in range(max(k, 0)):
+        for i in range(k):
             logits = self._align(self.lm.forward(inp, self._cache, last_only=True)[-1].float())  # [V]
+            self._fed = i  # pending and d_1..d_i are in the cache now
+            if not confident(logits, self.p_min):
+                cut = "threshold"
+                break
             tok, q = choose(logits, sampling, generator)  # [1], [V] | None
             ids.append(tok)
             if q is not None:
                 qs.append(q)
             inp = tok
-        self._drafted = torch.cat(ids) if ids else torch.empty(0, dtype=torch.long)  # [k]
-        return Proposal(ids=self._drafted, q=torch.stack(qs) if qs else None)
+        self._drafted = torch.cat(ids) if ids else torch.empty(0, dtype=torch.long)  # [k']
+        return Proposal(ids=self._drafted, q=torch.stack(qs) if qs else None, cut=cut)
 
     def _propose_parallel(
-        self, k: int, sampling: SamplingConfig, generator: torch.Generator | None
+        self, k: int, sampling: SamplingConfig, generator: torch.Generator | None, cut: str | None
     ) -> Proposal:
-        """One forward over [pending, MASK x (k-1)]; position i's distribution does not depend on d_<i."""
+        """One forward over [pending, MASK x (k-1)]; position i's distribution does not depend on d_<i.
+        The masks leave the cache at once: it holds committed tokens only (pending now among them)."""
         n = len(self._pending)
         inp = torch.tensor(self._pending + [self.mask_token] * (k - 1))  # [n + k - 1]
         logits = self._align(self.lm.forward(inp, self._cache)[n - 1 :].float())  # [k, V]
-        self.lm.rewind(self._cache, k - 1)  # the masks leave at once: the cache holds committed tokens
+        self.lm.rewind(self._cache, k - 1)
+        self._fed = 0
         ids: list[torch.Tensor] = []
         qs: list[torch.Tensor] = []
         for row in logits:
+            if not confident(row, self.p_min):
+                cut = "threshold"
+                break
             token, q = choose(row, sampling, generator)  # [1], [V] | None
             ids.append(token)
             if q is not None:
                 qs.append(q)
-        self._drafted = torch.cat(ids)  # [k]
+        self._drafted = torch.cat(ids) if ids else torch.empty(0, dtype=torch.long)  # [k']
         info = {"parallel": True, "mask_inputs": k - 1}
-        return Proposal(ids=self._drafted, q=torch.stack(qs) if qs else None, info=info)
+        return Proposal(ids=self._drafted, q=torch.stack(qs) if qs else None, info=info, cut=cut)
 
     def commit(self, accepted: int, token: int) -> None:
-        k = self._drafted.shape[0]
-        if self.mask_token is not None and k > 0:  # parallel: the drafts were never fed as tokens
-            self._length += accepted + 1
-            self._tokens += self._drafted[:accepted].tolist() + [token]
-            self._pending = self._pending[:0] + self._drafted[:accepted].tolist() + [token]
-            self._drafted = self._drafted[:0]
-            return
+        drafted = self._drafted[:accepted].tolist()
         self._length += accepted + 1
-        self._tokens += self._drafted[:accepted].tolist() + [token]
-        if k == 0:  # nothing ran this round: the new token just joins the unseen ones
+        self._tokens += drafted + [token]
+        if self._fed is None:  # nothing ran this round: the new token just joins the unseen ones
             self._pending.append(token)
-            return
-        # The cache grew by pending + d_1..d_{k-1}; keep pending + the accepted drafts among those.
-        kept = min(accepted, k - 1)
-        self.lm.rewind(self._cache, (k - 1) - kept)
-        self._pending = [token] if accepted < k else [int(self._drafted[-1]), token]
+        else:  # the cache grew by pending + d_1..d_fed; keep pending and the accepted drafts among those
+            kept = min(accepted, self._fed)
+            self.lm.rewind(self._cache, self._fed - kept)
+            self._pending = drafted[kept:] + [token]
         self._drafted = self._drafted[:0]
+        self._fed = None

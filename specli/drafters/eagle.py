@@ -28,7 +28,7 @@ import torch
 
 from specli.drafters.base import Proposal
 from specli.eagle_head import EagleHead, HeadCache
-from specli.sampling import SamplingConfig, choose
+from specli.sampling import SamplingConfig, choose, confident
 
 
 class EagleDrafter:
@@ -36,8 +36,9 @@ class EagleDrafter:
 
     name = "eagle"
 
-    def __init__(self, head: EagleHead, target_model: Any) -> None:
+    def __init__(self, head: EagleHead, target_model: Any, p_min: float = 0.0) -> None:
         self.head = head
+        self.p_min = p_min  # end a draft before a token the head gives less than this
         self.feature_layers = tuple(head.config.aux_layers)
         own = getattr(head, "embed_tokens", None)  # P-EAGLE heads train their own
         self._embed = own if own is not None else target_model.get_input_embeddings()
@@ -58,6 +59,11 @@ class EagleDrafter:
     def device(self) -> torch.device:
         """Where the head samples (it sits beside the target's LM head)."""
         return self.head.fc.weight.device
+
+    @property
+    def parallel(self) -> bool:
+        """Whether a round's drafts come from one head forward (P-EAGLE)."""
+        return self.head.config.parallel
 
     def reset(self, prompt_ids: list[int]) -> None:
         self._cache = HeadCache()
@@ -118,8 +124,12 @@ class EagleDrafter:
         state = states[-1:]  # [1, H]
         ids: list[torch.Tensor] = []
         qs: list[torch.Tensor] = []
+        cut = None
         for i in range(k):
             logits = self._target_logits(head.draft_logits(state, self._target_head)[-1])  # [V]
+            if not confident(logits, self.p_min):
+                cut = "threshold"
+                break
             token, q = choose(logits, sampling, generator)  # [1], [V] | None
             ids.append(token)
             if q is not None:
@@ -127,7 +137,7 @@ class EagleDrafter:
             if i < k - 1:  # the chain: the head's own state stands in for the missing feature
                 position = torch.tensor([self._cache.length], device=self.device)
                 state = head.step(self._embeddings(token), state, position, self._cache)
-        return self._proposal(ids, qs)
+        return self._proposal(ids, qs, cut)
 
     def _propose_parallel(
         self, states: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator | None
@@ -137,21 +147,26 @@ class EagleDrafter:
         logits = self.head.draft_logits(states, self._target_head)  # [k, V_draft]
         ids: list[torch.Tensor] = []
         qs: list[torch.Tensor] = []
+        cut = None
+        self._info.update(parallel=True, mask_inputs=states.shape[0] - 1)
         for row in logits:
-            token, q = choose(self._target_logits(row), sampling, generator)  # [1], [V] | None
+            row = self._target_logits(row)  # [V]
+            if not confident(row, self.p_min):
+                cut = "threshold"
+                break
+            token, q = choose(row, sampling, generator)  # [1], [V] | None
             ids.append(token)
             if q is not None:
                 qs.append(q)
-        self._info.update(parallel=True, mask_inputs=len(ids) - 1)
-        return self._proposal(ids, qs)
+        return self._proposal(ids, qs, cut)
 
-    def _proposal(self, ids: list[torch.Tensor], qs: list[torch.Tensor]) -> Proposal:
-        drafted = torch.cat(ids)  # [k]
+    def _proposal(self, ids: list[torch.Tensor], qs: list[torch.Tensor], cut: str | None = None) -> Proposal:
+        drafted = torch.cat(ids) if ids else torch.empty(0, dtype=torch.long)  # [k']
         self._drafted = drafted.tolist()
         self._info.update(
             target_layers=list(self.feature_layers), draft_vocab=self.head.config.draft_vocab_size
         )
-        return Proposal(ids=drafted, q=torch.stack(qs) if qs else None, info=self._info)
+        return Proposal(ids=drafted, q=torch.stack(qs) if qs else None, info=self._info, cut=cut)
 
     def commit(self, accepted: int, token: int) -> None:
         if self._vocab is not None and self._info:  # could the head have drafted the target's token?

@@ -70,11 +70,11 @@ class PromptLookupDrafter:
         found = self._index.match(k) if k > 0 else None
         if found is None:
             self._drafted = []
-            return Proposal(torch.empty(0, dtype=torch.long), info={"ngram": None})
+            return Proposal(torch.empty(0, dtype=torch.long), info={"ngram": None}, cut="match")
         ids, n, start = found
         self._drafted = ids
         info = {"ngram": n, "match_start": start, "context_length": len(self._index.tokens)}
-        return Proposal(torch.tensor(ids, dtype=torch.long), info=info)
+        return Proposal(torch.tensor(ids, dtype=torch.long), info=info, cut="match" if len(ids) < k else None)
 
     def commit(self, accepted: int, token: int) -> None:
         self._index.extend(self._drafted[:accepted] + [token])

@@ -7,7 +7,9 @@ Per round, with the shared target cache holding every committed token but `pendi
   verify: d_k runs through layers [0, E); then layers [E, L) run once over the E-1 hidden states of
           [pending, d_1 .. d_k] -> logits [k+1, V].
 Every layer then holds k+1 new positions, so the engine's rewind (crop) of the rejected ones applies to
-the early and late layers alike. Layers < E never see a drafted position twice.
+the early and late layers alike. Layers < E never see a drafted position twice. When the draft stops at
+its confidence threshold (p_min), the last token it ran already has its layers [0, E) in the cache, and
+verification starts from that instead (a round with no draft at all runs pending through the stack).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch
 
 from specli.drafters.base import Proposal
 from specli.layer_stack import LayerStack
-from specli.sampling import SamplingConfig, choose
+from specli.sampling import SamplingConfig, choose, confident
 
 
 class SelfSpeculativeDrafter:
@@ -24,11 +26,12 @@ class SelfSpeculativeDrafter:
 
     name = "self"
 
-    def __init__(self, stack: LayerStack, exit_layer: int) -> None:
+    def __init__(self, stack: LayerStack, exit_layer: int, p_min: float = 0.0) -> None:
         if not 1 <= exit_layer < stack.num_layers:
             raise ValueError(f"exit_layer must be in [1, {stack.num_layers - 1}] (got {exit_layer})")
         self.stack = stack
         self.exit_layer = exit_layer
+        self.p_min = p_min
         self._cache = None
         self._length = 0  # committed tokens, pending included
         self._pending = 0
@@ -52,10 +55,14 @@ class SelfSpeculativeDrafter:
         ids: list[torch.Tensor] = []
         qs: list[torch.Tensor] = []
         self._hidden = []
+        cut = None
         for step in range(k):
             hidden = stack.run(stack.embed(token), 0, self.exit_layer, position + step, self._cache)
             self._hidden.append(hidden)  # [1, 1, d]
             logits = stack.logits(hidden)[0, -1].float()  # [V]
+            if not confident(logits, self.p_min):
+                cut = "threshold"
+                break
             chosen, q = choose(logits, sampling, generator)  # [1], [V] | None
             ids.append(chosen)
             if q is not None:
@@ -65,6 +72,7 @@ class SelfSpeculativeDrafter:
             ids=torch.cat(ids) if ids else torch.empty(0, dtype=torch.long),
             q=torch.stack(qs) if qs else None,
             info={"exit_layer": self.exit_layer},
+            cut=cut,
         )
 
     @torch.inference_mode()
@@ -72,11 +80,13 @@ class SelfSpeculativeDrafter:
         """ids [k+1] = [pending, d_1..d_k] as proposed -> target logits [k+1, V], reusing the draft."""
         stack = self.stack
         k = ids.shape[0] - 1
-        if k != len(self._hidden):
-            raise RuntimeError("verify_forward must follow a propose of the same tokens")
         first = self._length - 1
-        last = stack.run(stack.embed(ids[-1:][None]), 0, self.exit_layer, first + k, cache)  # [1, 1, d]
-        hidden = torch.cat(self._hidden + [last], dim=1)  # [1, k+1, d]
+        if len(self._hidden) == k:  # d_k (pending when k = 0) has not run layers [0, E) yet
+            last = stack.run(stack.embed(ids[-1:][None]), 0, self.exit_layer, first + k, cache)  # [1, 1, d]
+            self._hidden.append(last)
+        elif len(self._hidden) != k + 1:  # k + 1: the draft stopped at its threshold after running d_k
+            raise RuntimeError("verify_forward must follow a propose of the same tokens")
+        hidden = torch.cat(self._hidden, dim=1)  # [1, k+1, d]
         hidden = stack.run(hidden, self.exit_layer, stack.num_layers, first, cache)
         return stack.logits(hidden)[0]  # [k+1, V]
 

@@ -33,7 +33,8 @@ def _split(m: dict[str, Any]) -> str:
 def category_table(category: str, metrics: dict[str, dict[str, Any]]) -> Table:
     table = Table(title=f"{category}", title_justify="left", header_style="bold")
     for name, justify in (
-        ("strategy", "left"), ("tok/s", "right"), ("speedup", "right"), ("acc. rate", "right"),
+        ("strategy", "left"), ("tok/s", "right"), ("speedup", "right"), ("mean k", "right"),
+        ("acc. rate", "right"),
         ("α", "right"), ("τ", "right"),
         ("per position", "left"), ("draft/verify/other %", "right"), ("c", "right"), ("v", "right"),
         ("bound", "right"), ("efficiency", "right"),
@@ -44,6 +45,7 @@ def category_table(category: str, metrics: dict[str, dict[str, Any]]) -> Table:
             strategy,
             f"{m['tokens_per_second']:.1f}",
             _num(m["speedup"], ".2f") + ("×" if m["speedup"] is not None else ""),
+            f"{m['mean_k']:.2f}" if m["drafted"] else "–",
             f"{m['acceptance_rate']:.2f}" if m["drafted"] else "–",
             f"{m['accept_prob']:.2f}" if m["drafted"] else "–",
             f"{m['mean_acceptance_length']:.2f}",
@@ -128,7 +130,8 @@ def bench_view(report: dict[str, Any]) -> Group:
             f"repeats={s['repeats']} (median) · warm-up={s['warmup']} · {env['device']} {env['dtype']} "
             f"quant={env['quantization']} · threads={env['threads']} · peak memory "
             f"{env.get('peak_memory_bytes', 0) / 2**20:.0f} MiB\n"
-            "acc. rate = accepted/drafted · α = accepted/(accepted + rejections), the probability that a "
+            "mean k = drafted per round · acc. rate = accepted/drafted · α = accepted/(accepted + "
+            "rejections), the probability that a "
             "judged draft is kept · τ mean acceptance length (tokens per round) · c draft cost per token "
             "and v verify cost per round, in plain target steps · bound E(α,k)/(k·c+v) with "
             "E = (1 − α^(k+1))/(1 − α) · efficiency = speedup / bound"

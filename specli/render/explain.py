@@ -236,7 +236,8 @@ class ExplainView:
         )
         if r.stop is not None:
             parts.append(Text(stop_text(r.stop, self.stats.tokens) or "", "bold"))
-        title = f"round {r.index + 1} · drafted {len(r.drafted)} · accepted {r.accepted}"
+        limit = f"k {r.draft_limit} ({r.draft_reason}) · " if r.draft_reason else ""
+        title = f"round {r.index + 1} · {limit}drafted {len(r.drafted)} · accepted {r.accepted}"
         return Panel(Group(*parts), title=title, title_align="left")
 
     def summary(self) -> Panel:

@@ -127,7 +127,8 @@ class TokenView:
             label += f" ({self.drafter_note})"
         parts = [label, f"round {s.rounds}"]
         if r is not None and self.strategy != "none":
-            parts.append(f"drafted {len(r.drafted)} accepted {r.accepted}")
+            limit = f"k {r.draft_limit} ({r.draft_reason}) " if r.draft_reason else ""
+            parts.append(f"{limit}drafted {len(r.drafted)} accepted {r.accepted}")
         if s.drafted:
             parts.append(f"acceptance {s.acceptance_rate:.1%}")
         parts.append(f"mean acceptance length {s.mean_acceptance_length:.2f}")
