@@ -48,6 +48,7 @@ from specli.settings import (
     default_exit_layer,
     settings_from,
 )
+from specli.static_cache import STATIC_DEFAULT_LENGTH, static_cache_problem
 from specli.stopping import StopCriteria
 from specli.text import IncrementalDecoder
 from specli.threads import AUTO, BusyProbe, apply_threads
@@ -101,6 +102,7 @@ class Pair:
         placement: Placement | None = None,
         head: EagleHead | None = None,
         head_name: str | None = None,
+        compile: bool = False,
     ) -> None:
         self.strategy = check_strategy(strategy)
         if strategy == "draft" and draft_model is None:
@@ -118,14 +120,21 @@ class Pair:
         self.placement = placement  # set when the target is split over several GPUs
         self.head = head  # an EAGLE head (strategy eagle), beside the target's LM head
         self.head_name = head_name
+        self.compile = compile  # static caches + torch.compile (docs/design.md §12)
+        if compile:
+            check_compile_strategy(self.strategy)
         if strategy == "self":
             check_layer_stack(target_model)
         self.num_layers = _self_speculation_layers(target_model)  # None: 'self' cannot drive it
-        self.target = CachedLM(target_model)
-        self.draft = CachedLM(draft_model) if draft_model is not None else None
-        self.draft_max_positions = loading.model_max_positions(draft_model) if self.draft else None
         self.eos_ids = loading.eos_token_ids(target_model, tokenizer)
         self.max_positions = loading.model_max_positions(target_model)
+        self.draft_max_positions = loading.model_max_positions(draft_model) if draft_model else None
+        self.target = _cached_lm(target_model, target_name, self.max_positions, compile)
+        self.draft = (
+            _cached_lm(draft_model, draft_name or "the drafter", self.draft_max_positions, compile)
+            if draft_model is not None
+            else None
+        )
 
     def __repr__(self) -> str:
         parts = [f"target={self.target_name!r}"]
@@ -182,6 +191,8 @@ class Pair:
                 "strategy 'eagle' needs an EAGLE head.",
                 "Load the pair with strategy='eagle' and draft=HEAD (a folder, hub id or embedded:NAME).",
             )
+        if self.compile:
+            check_compile_strategy(settings.strategy)
         layers = self.num_layers
         if settings.exit_layer is None and layers is not None:
             settings = settings.replace(exit_layer=default_exit_layer(layers))
@@ -265,9 +276,21 @@ class Pair:
             record_top=record_top,
         )
         drafter = self._drafter(settings, len(ids) + settings.max_new_tokens + settings.num_draft_tokens)
+        self._reserve(len(ids), settings)
         criteria = StopCriteria(self.eos_ids, settings.stop, self.decode)
         rounds = generate_rounds(self.target, drafter, ids, config, criteria, self.max_positions)
         return self._with_text(rounds)
+
+    def _reserve(self, prompt_length: int, settings: Settings) -> None:
+        """Static caches: room for everything this generation can hold (the prompt, max_new_tokens and a
+        round's k + 1 verify positions, within each model's context), and compiled forwards up to k + 1
+        tokens (a verify; a parallel draft). Dynamic caches need nothing."""
+        k = settings.num_draft_tokens
+        wanted = prompt_length + settings.max_new_tokens + k + 1
+        for lm, limit in ((self.target, self.max_positions), (self.draft, self.draft_max_positions)):
+            if lm is not None and lm.static:
+                lm.reserve(min(wanted, limit + k + 2) if limit else wanted)
+                lm.compiled_tokens = k + 1
 
     def _with_text(self, rounds: Iterator[Round]) -> Iterator[Round]:
         """The engine's rounds with `text` filled in (the engine itself never decodes)."""
@@ -318,6 +341,33 @@ class Pair:
         return Result(self.decode(tokens), tokens, ids, stats, rounds)
 
 
+COMPILE_STRATEGIES = ("none", "draft", "lookup", "eagle")
+
+
+def check_compile_strategy(strategy: str) -> None:
+    """UsageError for a strategy --compile cannot run: 'self' drives the target's layers a slice at a
+    time (layer_stack.py) with masks and positions of its own, outside the compiled forward."""
+    if strategy not in COMPILE_STRATEGIES:
+        raise UsageError(
+            f"--compile does not support strategy '{strategy}': it runs the target's layers a slice at a "
+            "time, outside the compiled forward.",
+            f"Use --strategy {', '.join(COMPILE_STRATEGIES[1:])} or none with --compile, or drop --compile.",
+        )
+
+
+def _cached_lm(model: Any, name: str, max_positions: int | None, compile: bool) -> CachedLM:
+    """The model driven one forward at a time: over dynamic caches, or (compile) over one static cache
+    of min(context + 1, STATIC_DEFAULT_LENGTH) positions to start, grown when a generation needs more,
+    with compiled forwards. UsageError naming the model when it cannot have a static cache."""
+    if not compile:
+        return CachedLM(model)
+    problem = static_cache_problem(model)
+    if problem is not None:
+        raise UsageError(f"--compile cannot run '{name}': {problem}.", "Run it without --compile.")
+    length = min(max_positions + 1, STATIC_DEFAULT_LENGTH) if max_positions else STATIC_DEFAULT_LENGTH
+    return CachedLM(model, static_length=length, compile=True)
+
+
 def _self_speculation_layers(model: Any) -> int | None:
     """The target's decoder layers when self-speculation can drive it, else None."""
     try:
@@ -337,12 +387,11 @@ def preset_for(
     draft: str | None = None,
     strategy: str | Sequence[str] | None = None,
 ) -> Preset | None:
-    """The preset `load` uses: the named one, or the embedded `tiny` one when no model is named at all
-    (or only an EAGLE head, which drafts for the default target)."""
+    """The preset `load` uses: the named one, or the embedded `tiny` one when no target is named (a
+    drafter or EAGLE head named alone drafts for the default target, e.g. embedded:tiny-pard)."""
     if isinstance(preset, Preset):
         return preset
-    head_only = strategy is not None and "eagle" in ([strategy] if isinstance(strategy, str) else strategy)
-    if preset is None and target is None and (draft is None or head_only):
+    if preset is None and target is None:
         preset = DEFAULT_PRESET
     return resolve_preset(preset) if preset else None
 
@@ -361,6 +410,7 @@ def load(
     download_bars: Callable[[str], Any] | None = None,
     threads: int | str | None = AUTO,
     progress: bool = False,
+    compile: bool = False,
 ) -> Pair:
     """Load a pair from a preset (name, path or Preset) and/or explicit models; explicit arguments win.
 
@@ -378,9 +428,17 @@ def load(
     collapse when another process keeps the CPU busy) or None (leave torch's setting alone).
     `progress=True` shows transformers' and huggingface_hub's own progress bars while loading; by default
     they stay quiet (download_bars, when given, draws the downloads either way).
+
+    `compile=True` runs target and draft model over static KV caches with torch.compile'd forwards (CUDA
+    graphs on CUDA; docs/design.md §12): faster steps once warm, but each new forward shape compiles on
+    its first call (seconds each), and one generation runs at a time per pair. Strategy 'self', sliding-
+    window models and models without a static cache are refused (UsageError) before generating.
     """
     spec = preset_for(preset, target=target, draft=draft, strategy=strategy)
     wanted = _sources(spec, target=target, draft=draft, strategy=strategy, dtype=dtype, quant=quant)
+    if compile:
+        for name in wanted.strategies:  # before any weights load
+            check_compile_strategy(name)
     dev = loading.resolve_device(device)
     probe = BusyProbe()  # what other processes use while we load decides threads="auto"
     fetcher = _Fetcher(allow_pickle, trust_remote_code, download_bars)
@@ -408,6 +466,7 @@ def load(
         placement=placement,
         head=head_model,
         head_name=head.name if head is not None else None,
+        compile=compile,
     )
 
 

@@ -457,6 +457,7 @@ def environment(pair: Pair, dtype: str | None, quant: str | None) -> dict[str, A
         "threads": torch.get_num_threads(),
         "target": pair.target_name,
         "draft": pair.draft_name,
+        "compile": bool(getattr(pair, "compile", False)),
     }
 
 

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from specli.static_cache import StaticKV, StaticStore, compile_call
+
+COMPILED_TOKENS = 16  # default longest compiled forward; a Pair sets k + 1 per generation
 SLIDING_ROLLBACK_VERSION = "5.18"  # first transformers whose sliding layers survive forwards in a row
 
 
@@ -50,15 +56,52 @@ def _execution_device(module: torch.nn.Module) -> torch.device:
     return module.weight.device
 
 
-class CachedLM:
-    """Wraps a transformers causal LM: `forward` appends tokens to a cache, `rewind` drops the newest."""
+AnyCache = DynamicCache | StaticKV
 
-    def __init__(self, model: PreTrainedModel) -> None:
+
+class CachedLM:
+    """Wraps a transformers causal LM: `forward` appends tokens to a cache, `rewind` drops the newest.
+
+    static_length=None: a DynamicCache per generation, cropped to rewind. static_length=N: one reusable
+    transformers StaticCache of N positions (grown by `reserve`), rewound by position (specli/static_cache.py,
+    docs/design.md §12). compile=True (needs static_length) runs the forwards of at most `compiled_tokens`
+    tokens on a warm cache through torch.compile (CUDA graphs on CUDA); prefills and longer forwards run
+    eagerly. Each distinct input length compiles once, on its first call.
+    """
+
+    def __init__(
+        self, model: PreTrainedModel, static_length: int | None = None, compile: bool = False
+    ) -> None:
         self.model = model
         params = inspect.signature(model.forward).parameters
         # transformers 5.24 names it `cache`; 5.17 only knows `past_key_values` (docs/design.md §5).
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._has_logits_to_keep = "logits_to_keep" in params
+        if compile and static_length is None:
+            raise ValueError("compile=True needs a static cache (static_length)")
+        self._static = StaticStore(model.config, static_length) if static_length is not None else None
+        self._compiled = compile_call(model) if compile else None
+        self.compiled_tokens = COMPILED_TOKENS  # the longest forward the compiled path takes
+
+    @property
+    def static(self) -> bool:
+        """Whether generations run over a static cache."""
+        return self._static is not None
+
+    @property
+    def compiled(self) -> bool:
+        return self._compiled is not None
+
+    @property
+    def static_capacity(self) -> int | None:
+        """Positions the static cache holds (None: dynamic caches)."""
+        return self._static.capacity if self._static is not None else None
+
+    def reserve(self, length: int) -> None:
+        """Before a generation whose cache can reach `length` positions: a static cache grows to fit (a
+        new allocation, so compiled graphs are built again); dynamic caches need nothing."""
+        if self._static is not None:
+            self._static.reserve(length)
 
     @property
     def device(self) -> torch.device:
@@ -74,61 +117,111 @@ class CachedLM:
     def vocab_size(self) -> int:
         return self.model.get_output_embeddings().weight.shape[0]
 
-    def new_cache(self) -> DynamicCache:
+    def new_cache(self) -> AnyCache:
+        """An empty cache for a new generation. Static: the model's one StaticCache back at position 0
+        (a handle from an earlier generation stops working)."""
+        if self._static is not None:
+            return self._static.fresh()
+        return self._dynamic_cache()
+
+    def _dynamic_cache(self) -> DynamicCache:
         cache = DynamicCache(config=self.model.config)
         if hasattr(cache, "activate_past_recording"):  # sliding-window layers must be able to roll back
             cache.activate_past_recording()
         return cache
 
-    @torch.inference_mode()
-    def forward(self, ids: torch.Tensor, cache: DynamicCache, *, last_only: bool = False) -> torch.Tensor:
-        """Run ids [n] after what `cache` holds; returns logits [n, V] (or [1, V] when last_only)."""
-        kwargs = {self._cache_kw: cache, "use_cache": True}
+    def _run(self, ids: torch.Tensor, cache: Any, last_only: bool, **extra: Any) -> Any:
+        """The model's forward over ids [n] after what `cache` holds (the output object)."""
+        kwargs = {"use_cache": True, **extra}
         if last_only and self._has_logits_to_keep:
             kwargs["logits_to_keep"] = 1
-        logits = self.model(input_ids=ids.to(self.device)[None], **kwargs).logits[0]  # [n|1, V]
-        return logits[-1:] if last_only else logits
+        if not isinstance(cache, StaticKV):
+            return self.model(input_ids=ids.to(self.device)[None], **{self._cache_kw: cache}, **kwargs)
+        ids = ids.to(self.device).clone()[None]  # [1, n]; a plain tensor even if the caller's was not
+        n = ids.shape[1]
+        cache.begin(n)
+        kwargs[self._cache_kw] = cache.cache
+        kwargs["position_ids"] = cache.position_ids(n, ids.device)
+        warm = self._static.initialized and cache.length > 0  # the first forward on a cache stays eager
+        if self._compiled is not None and warm and n <= self.compiled_tokens:
+            if ids.device.type == "cuda":
+                torch.compiler.cudagraph_mark_step_begin()  # every call its own step: outputs are copied
+            out = _copied(self._compiled(input_ids=ids, **kwargs))
+        else:  # prefills, forwards longer than compiled_tokens, the first forward on a new cache
+            out = self.model(input_ids=ids, **kwargs)
+        cache.advance(n)
+        return out
 
-    @torch.inference_mode()
+    def forward(self, ids: torch.Tensor, cache: AnyCache, *, last_only: bool = False) -> torch.Tensor:
+        """Run ids [n] after what `cache` holds; returns logits [n, V] (or [1, V] when last_only)."""
+        with _grad_mode(cache):
+            logits = self._run(ids, cache, last_only).logits[0]  # [n|1, V]
+            return logits[-1:] if last_only else logits
+
     def forward_features(
-        self, ids: torch.Tensor, cache: DynamicCache, layers: tuple[int, ...], *, last_only: bool = False
+        self, ids: torch.Tensor, cache: AnyCache, layers: tuple[int, ...], *, last_only: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """`forward` that also returns the hidden states `layers` (output_hidden_states indices) of every
         position: (logits [n|1, V], features [n, len(layers) * H], concatenated in the order given)."""
-        kwargs = {self._cache_kw: cache, "use_cache": True, "output_hidden_states": True}
-        if last_only and self._has_logits_to_keep:
-            kwargs["logits_to_keep"] = 1
-        out = self.model(input_ids=ids.to(self.device)[None], **kwargs)
-        logits = out.logits[0]  # [n|1, V]
-        device = logits.device
-        features = torch.cat([out.hidden_states[i][0].to(device) for i in layers], -1)  # [n, F]
-        return (logits[-1:] if last_only else logits), features
+        with _grad_mode(cache):
+            out = self._run(ids, cache, last_only, output_hidden_states=True)
+            logits = out.logits[0]  # [n|1, V]
+            device = logits.device
+            features = torch.cat([out.hidden_states[i][0].to(device) for i in layers], -1)  # [n, F]
+            return (logits[-1:] if last_only else logits), features
 
     @property
     def sliding_window(self) -> int | None:
         """The shortest sliding window among the model's cache layers, or None without sliding layers."""
         windows = [
             getattr(layer, "sliding_window", None)
-            for layer in self.new_cache().layers
+            for layer in self._dynamic_cache().layers
             if getattr(layer, "is_sliding", False)
         ]
         return min((w for w in windows if w), default=None)
 
     @staticmethod
-    def rewind(cache: DynamicCache, n: int) -> None:
-        """Drop the newest n >= 0 positions from the cache (transformers 5: negative crop removes); with
-        n = 0, settle it."""
-        if n > 0:
+    def rewind(cache: AnyCache, n: int) -> None:
+        """Drop the newest n >= 0 positions from the cache (transformers 5: negative crop removes; a
+        static cache just moves its position back); with n = 0, settle it."""
+        if isinstance(cache, StaticKV):
+            cache.rewind(n)
+        elif n > 0:
             cache.crop(-n)
         else:
             CachedLM.settle(cache)
 
     @staticmethod
-    def settle(cache: DynamicCache) -> None:
+    def settle(cache: AnyCache) -> None:
         """After a forward whose positions all stay: trim sliding-window layers back to their window.
 
         Recording layers keep every position until a crop so they can roll back; transformers < 5.18
-        needs that crop before the next forward, later versions free the memory with it.
+        needs that crop before the next forward, later versions free the memory with it. Static caches
+        (no sliding layers) need nothing.
         """
+        if isinstance(cache, StaticKV):
+            return
         if any(getattr(layer, "is_sliding", False) for layer in cache.layers):
             cache.crop(0)
+
+
+@contextmanager
+def _grad_mode(cache: Any) -> Iterator[None]:
+    """inference_mode for dynamic caches; for a static one no_grad with inference mode off, whatever the
+    caller's: its tensors outlive the call and compiled graphs update them in place, which inference
+    tensors only allow inside inference mode."""
+    if not isinstance(cache, StaticKV):
+        with torch.inference_mode():
+            yield
+        return
+    with torch.inference_mode(False), torch.no_grad():
+        yield
+
+
+def _copied(out: Any) -> Any:
+    """A compiled call's logits (and hidden states) copied out: CUDA graphs reuse their output memory on
+    the next replay."""
+    out.logits = out.logits.clone()
+    if getattr(out, "hidden_states", None) is not None:
+        out.hidden_states = tuple(h.clone() for h in out.hidden_states)
+    return out

@@ -235,6 +235,14 @@ ThreadsOpt = Annotated[
         metavar="N|auto",
     ),
 ]
+CompileOpt = Annotated[
+    bool,
+    typer.Option(
+        "--compile",
+        help="Static KV caches and torch.compile'd forwards (CUDA graphs on CUDA): faster steps once warm; "
+        "each new forward shape compiles on first use (seconds). Strategies none, draft, lookup, eagle.",
+    ),
+]
 VIEWS = ("live", "plain", "none")
 
 
@@ -271,6 +279,7 @@ class ModelOptions:
     allow_pickle: bool = False
     trust_remote_code: bool = False
     threads: int | str | None = AUTO
+    compile: bool = False
 
 
 @dataclass(frozen=True)
@@ -347,6 +356,12 @@ def _load(
             trust_remote_code=models.trust_remote_code,
             download_bars=download_bars,
             threads=threads,
+            compile=models.compile,
+        )
+    if models.compile and pair.target.device.type != "cuda":
+        _stderr().print(
+            "note: --compile without CUDA has no CUDA graphs: it compiles (slow first calls), rarely faster.",
+            markup=False,
         )
     if pair.placement is not None:
         _stderr().print(f"note: {pair.placement.describe()}", markup=False)
@@ -429,12 +444,14 @@ def generate(
     save: SaveOpt = None,
     as_json: JsonOpt = False,
     threads: ThreadsOpt = AUTO,
+    compile: CompileOpt = False,
     debug: DebugOpt = False,
 ) -> None:
     """Generate text with speculative decoding; output is exactly the target's own."""
     models = ModelOptions(
         preset=preset, target=target, draft=draft, strategy=strategy, device=device, dtype=dtype,
         quant=quant, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, threads=threads,
+        compile=compile,
     )  # fmt: skip
     options = GenerationOptions(
         max_new_tokens=max_new_tokens, num_draft_tokens=num_draft_tokens, temperature=temperature,
@@ -473,7 +490,14 @@ def generate(
         tokens = [t for r in collected for t in r.committed]
         if mode == "json":
             result = Result(pair.decode(tokens), tokens, ids, stats, collected).to_dict()
-            result["stats"].update(strategy=settings.strategy, num_draft_tokens=k, interrupted=interrupted)
+            result["stats"].update(
+                strategy=settings.strategy,
+                num_draft_tokens=k,
+                fixed_k=settings.fixed_k,
+                draft_p_min=settings.draft_p_min,
+                mean_k=stats.drafted / stats.rounds if stats.rounds else 0.0,
+                interrupted=interrupted,
+            )
             from specli.notes import generation_notes
 
             result["stats"]["notes"] = generation_notes(pair, settings, len(ids), models.strategy)
@@ -557,12 +581,14 @@ def explain(
     no_color: NoColorOpt = False,
     save: SaveOpt = None,
     threads: ThreadsOpt = AUTO,
+    compile: CompileOpt = False,
     debug: DebugOpt = False,
 ) -> None:
     """Walk through speculative decoding round by round: each draft, its check, the correction or bonus."""
     models = ModelOptions(
         preset=preset, target=target, draft=draft, strategy=strategy, device=device, dtype=dtype,
         quant=quant, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, threads=threads,
+        compile=compile,
     )  # fmt: skip
     options = GenerationOptions(
         max_new_tokens=max_new_tokens, num_draft_tokens=num_draft_tokens, temperature=temperature,
@@ -669,6 +695,7 @@ def bench(
     allow_pickle: AllowPickleOpt = False,
     trust_remote_code: TrustOpt = False,
     threads: ThreadsOpt = AUTO,
+    compile: CompileOpt = False,
     debug: DebugOpt = False,
 ) -> None:
     """Measure strategies against plain decoding (and transformers) on prompt sets, per category."""
@@ -692,7 +719,7 @@ def bench(
             preset=preset, target=target, draft=draft,
             strategy=strategies[0] if strategies else None, also=tuple(strategies[1:]),
             device=device, dtype=dtype, quant=quant, allow_pickle=allow_pickle,
-            trust_remote_code=trust_remote_code, threads=threads,
+            trust_remote_code=trust_remote_code, threads=threads, compile=compile,
         )  # fmt: skip
         pair, settings = _load(models, options, note_greedy=False, announce="bench")
         strategies = strategies or [pair.strategy]
