@@ -9,6 +9,11 @@ drafter's barely does; verification grows with the tokens checked on a CPU, hard
 controller picks k in [1, max] maximizing E(k) / cost(k). Any k is lossless: it only decides how many
 drafts the target judges.
 
+A drafter may name its state (`draft_state`, read before each round): acceptance is then estimated per
+state. Prompt lookup says "copying" after a round whose whole draft was accepted (the text is repeating
+an earlier passage, so the next copied tokens are likely right and a long draft pays, as suffix decoding
+argues) and "searching" otherwise.
+
 Pure Python, no torch: the engine feeds it each round's k, times and outcome.
 """
 
@@ -64,8 +69,8 @@ class DraftLength:
     max_k: int
     fixed: bool = False
     parallel: bool = False
-    _accepted: list[float] = field(default_factory=list)  # decayed counts per position
-    _judged: list[float] = field(default_factory=list)
+    _accepted: dict[str | None, list[float]] = field(default_factory=dict)  # per state: decayed counts
+    _judged: dict[str | None, list[float]] = field(default_factory=dict)  # per state and position
     _draft: _Line = field(default_factory=_Line)  # draft seconds vs drafted tokens
     _verify: _Line = field(default_factory=_Line)  # verify seconds vs tokens verified (k + 1)
     _rounds: int = 0
@@ -73,20 +78,25 @@ class DraftLength:
     def __post_init__(self) -> None:
         if self.max_k < 1:
             raise ValueError(f"max_k must be at least 1 (got {self.max_k})")
-        self._accepted = [0.0] * self.max_k
-        self._judged = [0.0] * self.max_k
 
-    def accept_probs(self) -> list[float]:
-        """a_1..a_max: the running estimate of P(draft j kept | drafts before it kept)."""
+    def _counts(self, state: str | None) -> tuple[list[float], list[float]]:
+        if state not in self._judged:
+            self._accepted[state] = [0.0] * self.max_k
+            self._judged[state] = [0.0] * self.max_k
+        return self._accepted[state], self._judged[state]
+
+    def accept_probs(self, state: str | None = None) -> list[float]:
+        """a_1..a_max: the running estimate of P(draft j kept | drafts before it kept) in `state`."""
+        accepted, judged = self._counts(state)
         return [
-            (acc + PRIOR_ACCEPT * PRIOR_WEIGHT) / (judged + PRIOR_WEIGHT)
-            for acc, judged in zip(self._accepted, self._judged, strict=True)
+            (acc + PRIOR_ACCEPT * PRIOR_WEIGHT) / (n + PRIOR_WEIGHT)
+            for acc, n in zip(accepted, judged, strict=True)
         ]
 
-    def expected_tokens(self, k: int) -> float:
+    def expected_tokens(self, k: int, state: str | None = None) -> float:
         """E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j."""
         total, run = 1.0, 1.0
-        for a in self.accept_probs()[:k]:
+        for a in self.accept_probs(state)[:k]:
             run *= a
             total += run
         return total
@@ -98,9 +108,10 @@ class DraftLength:
         draft = self._draft.at(k, 0.0 if self.parallel else 1.0)
         return draft + self._verify.at(k + 1, 0.1)
 
-    def choose(self, budget: int) -> tuple[int, str]:
-        """(k, why) for a round that may commit at most `budget` tokens. why: "fixed" (--fixed-k),
-        "budget" (the tokens left cap it), "warm-up" (too few rounds measured), "cost model"."""
+    def choose(self, budget: int, state: str | None = None) -> tuple[int, str]:
+        """(k, why) for a round that may commit at most `budget` tokens, the drafter being in `state`.
+        why: "fixed" (--fixed-k), "budget" (the tokens left cap it), "warm-up" (too few rounds
+        measured), "cost model"."""
         cap = min(self.max_k, budget - 1)
         if cap < 1:
             return 0, "budget"
@@ -108,18 +119,23 @@ class DraftLength:
             return cap, "fixed" if cap == self.max_k else "budget"
         if self._rounds < WARMUP_ROUNDS or self.cost(1) is None:
             return cap, "warm-up" if cap == self.max_k else "budget"
-        rates = [(self.expected_tokens(k) / max(self.cost(k) or 0.0, 1e-12), k) for k in range(1, cap + 1)]
+        rates = [
+            (self.expected_tokens(k, state) / max(self.cost(k) or 0.0, 1e-12), k) for k in range(1, cap + 1)
+        ]
         best = max(rates)[1]
         return best, "budget" if best == cap < self.max_k else "cost model"
 
-    def observe(self, drafted: int, accepted: int, draft_time: float, verify_time: float) -> None:
+    def observe(
+        self, drafted: int, accepted: int, draft_time: float, verify_time: float, state: str | None = None
+    ) -> None:
         """One verified round: how many were drafted and kept, and what drafting and verifying took."""
+        kept, judged = self._counts(state)
         for i in range(self.max_k):  # every position fades: one not drafted for long drifts to the prior
-            self._judged[i] *= DECAY
-            self._accepted[i] *= DECAY
+            judged[i] *= DECAY
+            kept[i] *= DECAY
         for i in range(min(drafted, accepted + 1, self.max_k)):  # positions the target judged
-            self._judged[i] += 1.0
-            self._accepted[i] += float(i < accepted)
+            judged[i] += 1.0
+            kept[i] += float(i < accepted)
         if drafted > 0:
             self._draft.add(drafted, draft_time)
             self._rounds += 1

@@ -73,7 +73,8 @@ def generate_rounds(
         budget = limit - len(generated)  # tokens this generation may still commit
         if budget <= 0:
             return
-        k, why = length.choose(budget) if length is not None else (0, "")
+        state = getattr(drafter, "draft_state", None)  # acceptance is estimated per drafter state
+        k, why = length.choose(budget, state) if length is not None else (0, "")
 
         t0 = perf_counter()  # draft
         proposal = drafter.propose(k, config.sampling, draft_generator) if k > 0 else Proposal.empty()
@@ -87,7 +88,7 @@ def generate_rounds(
             drafter.commit(verdict.accepted, verdict.token)
         t2 = perf_counter()
         if length is not None:
-            length.observe(len(verdict.drafted), verdict.accepted, t1 - t0, t2 - t1)
+            length.observe(len(verdict.drafted), verdict.accepted, t1 - t0, t2 - t1, state)
 
         committed, reason = stop.commit(generated, verdict.committed)  # cut at EOS / a stop string
         generated += committed

@@ -301,8 +301,14 @@ def test_cuda_without_cuda_is_a_runtime_error(tiny_pair):
     assert_user_error(invoke("generate", "hi", *pair_args(tiny_pair), "--device", "cuda"), 1, "CUDA")
 
 
-def test_a_drafter_without_a_target_is_a_usage_error():
-    assert_user_error(invoke("generate", "hi", "--draft", "./somewhere"), 2, "--target")
+def test_a_drafter_named_alone_drafts_for_the_default_target():
+    """`--draft embedded:tiny-pard` alone runs on the embedded target (the README's command); a drafter
+    folder that does not exist is named."""
+    args = ("generate", "def f(x):", "--draft", "embedded:tiny-pard", "--max-new-tokens", "6", "--json")
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["stats"]["strategy"] == "draft"
+    assert_user_error(invoke("generate", "hi", "--draft", "./somewhere"), 1, "'./somewhere' does not exist")
 
 
 def test_unknown_preset_lists_known_and_suggests_nearest():

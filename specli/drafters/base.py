@@ -40,7 +40,10 @@ class Drafter(Protocol):
     """A source of draft tokens for one generation at a time.
 
     A drafter that samples on a device of its own (a draft model) also has a `device` attribute; the
-    engine then hands `propose` a generator on that device.
+    engine then hands `propose` a generator on that device. Optional attributes the draft-length
+    controller reads (docs/design.md §11): `parallel` (all k drafts come from one forward, so drafting
+    more costs little) and `draft_state` (a label; acceptance is estimated per label, e.g. lookup's
+    "copying" / "searching").
     """
 
     name: str

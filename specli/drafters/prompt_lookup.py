@@ -60,11 +60,13 @@ class PromptLookupDrafter:
         self.ngram_max = ngram_max
         self._index = NgramIndex(ngram_min, ngram_max)
         self._drafted: list[int] = []
+        self.draft_state = "searching"  # "copying" after a round that kept its whole draft (§11)
 
     def reset(self, prompt_ids: list[int]) -> None:
         self._index = NgramIndex(self.ngram_min, self.ngram_max)
         self._index.extend(list(prompt_ids))
         self._drafted = []
+        self.draft_state = "searching"
 
     def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None) -> Proposal:
         found = self._index.match(k) if k > 0 else None
@@ -78,4 +80,5 @@ class PromptLookupDrafter:
 
     def commit(self, accepted: int, token: int) -> None:
         self._index.extend(self._drafted[:accepted] + [token])
+        self.draft_state = "copying" if self._drafted and accepted == len(self._drafted) else "searching"
         self._drafted = []

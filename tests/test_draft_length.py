@@ -1,0 +1,202 @@
+"""Draft length chosen per round (docs/design.md §11): the controller's choice, the drafters' confidence
+threshold, and that any of it leaves the output the target's own."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import make_model
+from test_eagle import make_head, reference
+from test_lossless_sampling import exact_joint, g_test_pvalue
+from test_parallel_drafting import make_pard, make_peagle
+
+from specli.cached_lm import CachedLM
+from specli.draft_length import PRIOR_ACCEPT, WARMUP_ROUNDS, DraftLength
+from specli.drafters.draft_model import DraftModelDrafter
+from specli.drafters.eagle import EagleDrafter
+from specli.drafters.prompt_lookup import PromptLookupDrafter
+from specli.drafters.self_speculative import SelfSpeculativeDrafter
+from specli.engine import EngineConfig, generate_rounds
+from specli.events import expected_acceptance_length
+from specli.layer_stack import LayerStack
+from specli.sampling import SamplingConfig
+from specli.stopping import StopCriteria
+
+# --------------------------------------------------------------------------- the controller
+
+
+def feed(length: DraftLength, rounds: int, k: int, accepted: int, draft: float, verify: float) -> None:
+    for _ in range(rounds):
+        length.observe(k, accepted, draft, verify)
+
+
+def test_fixed_and_budget():
+    length = DraftLength(6, fixed=True)
+    feed(length, 10, 6, 0, 1.0, 1.0)  # terrible acceptance: a fixed k does not care
+    assert length.choose(100) == (6, "fixed")
+    assert length.choose(4) == (3, "budget")  # room for 3 drafts + the target's token
+    assert length.choose(1) == (0, "budget")
+
+
+def test_warm_up_drafts_the_maximum_then_the_cost_model_decides():
+    length = DraftLength(8)
+    for _ in range(WARMUP_ROUNDS):
+        assert length.choose(100) == (8, "warm-up")
+        length.observe(8, 0, 8e-3, 2e-3)
+    k, why = length.choose(100)
+    assert why == "cost model" and k < 8
+
+
+def test_expected_tokens_is_the_closed_form_when_every_position_has_the_same_rate():
+    length = DraftLength(5)
+    for k in range(6):
+        assert length.expected_tokens(k) == pytest.approx(expected_acceptance_length(PRIOR_ACCEPT, k))
+
+
+def test_only_judged_positions_learn():
+    """A round drafting 4 whose second draft is rejected judged positions 1 and 2 only: 1 kept, 2 not;
+    3 and 4 keep their prior."""
+    length = DraftLength(4)
+    feed(length, 30, 4, 1, 1e-3, 1e-3)
+    a = length.accept_probs()
+    assert a[0] > 0.95 and a[1] < 0.1
+    assert a[2] == pytest.approx(PRIOR_ACCEPT) and a[3] == pytest.approx(PRIOR_ACCEPT)
+
+
+@pytest.mark.parametrize(
+    ("accepted", "draft_per_token", "expected"),
+    [
+        (6, 0.02, 6),  # everything accepted, cheap drafts: draft the maximum
+        (0, 0.5, 1),  # nothing accepted, costly drafts: draft as little as possible
+        (2, 0.2, 2),  # the first two always kept, the third never: draft exactly two
+    ],
+)
+def test_the_cost_model_maximizes_expected_tokens_per_second(accepted, draft_per_token, expected):
+    length = DraftLength(6)
+    for k in (6, 4, 2, 6, 3, 5) * 10:  # several k, so the cost lines are fitted
+        length.observe(k, min(accepted, k), draft_per_token * k, 1.0 + 0.05 * k)
+    assert length.choose(100) == (expected, "cost model")
+
+
+def test_a_parallel_drafter_drafts_longer_at_the_same_acceptance():
+    """Same acceptance, draft time growing with k (autoregressive) or flat (parallel): the parallel
+    drafter's k is larger."""
+    ar, par = DraftLength(8), DraftLength(8, parallel=True)
+    for k in (8, 5, 3, 8, 6, 2) * 10:
+        ar.observe(k, min(2, k), 0.3 * k, 1.0)
+        par.observe(k, min(2, k), 0.3, 1.0)
+    assert par.choose(100)[0] > ar.choose(100)[0]
+
+
+def test_costs_fitted_from_one_k_assume_an_autoregressive_line():
+    """Seen at k = 4 only: an autoregressive drafter's cost is taken to grow in proportion to k, a
+    parallel one's to stay flat."""
+    ar, par = DraftLength(8), DraftLength(8, parallel=True)
+    for length in (ar, par):
+        feed(length, 5, 4, 4, 0.4, 1.0)
+    verify = 4 * 0.1 * (1.0 / 5)  # 4 more tokens, each a tenth of the mean per-token verify time
+    assert ar.cost(8) - ar.cost(4) == pytest.approx(0.4 + verify)  # draft time doubles with k
+    assert par.cost(8) - par.cost(4) == pytest.approx(verify)
+
+
+# --------------------------------------------------------------------------- through the engine
+
+
+def rounds_of(target, drafter, prompt, k=4, n=30, **config):
+    cfg = EngineConfig(max_new_tokens=n, num_draft_tokens=k, **config)
+    return list(generate_rounds(CachedLM(target), drafter, prompt, cfg, StopCriteria(set())))
+
+
+PROMPT = [3, 44, 17, 250, 9, 81, 12]
+
+
+def drafters(target, p_min):
+    """Every drafter kind, built for target, each ending its drafts below p_min."""
+    arch = target.config.model_type
+    draft = make_model(arch, 384, layers=1, seed=2, eos_token_id=None)
+    pard = make_pard(arch)
+    return {
+        "draft": DraftModelDrafter(CachedLM(draft), 384, p_min=p_min),
+        "pard": DraftModelDrafter(CachedLM(pard), 384, mask_token=383, p_min=p_min),
+        "self": SelfSpeculativeDrafter(LayerStack(target), 2, p_min=p_min),
+        "eagle3": EagleDrafter(make_head(target, "eagle3", std=0.3), target, p_min=p_min),
+        "peagle": EagleDrafter(make_peagle(target, std=0.3), target, p_min=p_min),
+        "lookup": PromptLookupDrafter(1, 3),
+    }
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_threshold_and_controller_keep_greedy_output_identical(arch):
+    """Drafts cut at the threshold (sometimes before the first token), a k chosen per round: output
+    equals generate() for every drafter; rounds say why they drafted what they did."""
+    target = make_model(arch, 384, layers=4, seed=4, eos_token_id=None).eval()
+    expected = reference(target, PROMPT, 30)
+    for name, drafter in drafters(target, p_min=0.1).items():  # these random drafters' top p: 0.02-0.3
+        rounds = rounds_of(target, drafter, PROMPT)
+        assert [t for r in rounds for t in r.committed] == expected, name
+        reasons = {r.draft_reason for r in rounds}
+        assert reasons <= {"warm-up", "cost model", "budget", "threshold", "match"}, (name, reasons)
+        assert all(len(r.drafted) <= r.draft_limit for r in rounds), name
+        if name != "lookup":
+            assert "threshold" in reasons, name  # a random drafter is often unsure
+            cut = [r for r in rounds if r.draft_reason == "threshold"]
+            assert all(len(r.drafted) < r.draft_limit for r in cut), name
+            if name in ("draft", "pard", "self"):  # cut after some drafts, and before the first
+                assert {len(r.drafted) > 0 for r in cut} == {True, False}, name
+
+
+def test_fixed_k_drafts_k_every_round_until_the_budget():
+    target = make_model("llama", 384, layers=4, seed=4, eos_token_id=None).eval()
+    drafter = DraftModelDrafter(CachedLM(make_model("llama", 384, layers=1, seed=2)), 384)
+    rounds = rounds_of(target, drafter, PROMPT, k=3, n=20, fixed_k=True)
+    assert all(r.draft_limit == 3 and r.draft_reason == "fixed" for r in rounds[:-3])
+    assert all(len(r.drafted) == r.draft_limit for r in rounds)
+
+
+def test_a_draft_cut_by_the_threshold_still_samples_the_target_distribution():
+    """p_min between the drafter's confidence after the different d_1: whether the first round drafts 1
+    or 2 tokens depends on the d_1 it drew. The first two tokens' joint still matches the target's."""
+    v = 8
+    target = make_model("llama", v, layers=3, hidden=32, seed=21, init_range=0.6, eos_token_id=None).eval()
+    draft = make_model("llama", v, layers=2, hidden=32, seed=7, init_range=0.6, eos_token_id=None).eval()
+    prompt = [1, 5, 2, 7, 3]
+    p_min = 0.6  # this drafter: 0.62 sure of d_1; 0.81 sure after d_1 = 4 (q 0.31), 0.48 after 5 (q 0.62)
+    with torch.no_grad():
+        first = draft(torch.tensor([prompt])).logits[0, -1].softmax(-1).max()
+        after = draft(torch.tensor([prompt + [4], prompt + [5]])).logits[:, -1].softmax(-1).amax(-1)
+    assert first >= p_min and after[0] >= p_min > after[1]
+    cfg = SamplingConfig(0.9, top_k=6)
+    exact = exact_joint(target, cfg)
+    drafter = DraftModelDrafter(CachedLM(draft), v, p_min=p_min)
+    counts, lengths = torch.zeros(v, v), set()
+    for seed in range(2500):
+        rounds = rounds_of(target, drafter, prompt, k=2, n=3, sampling=cfg, seed=seed)
+        lengths.add(len(rounds[0].drafted))
+        tokens = [t for r in rounds for t in r.committed]
+        counts[tokens[0], tokens[1]] += 1
+    assert lengths == {1, 2}  # d_1 = 5 stops the draft, d_1 = 4 does not
+    assert g_test_pvalue(counts, exact) > 1e-3
+
+
+def test_acceptance_is_estimated_per_drafter_state():
+    """Lookup while copying a passage keeps everything; while searching, little: the copying state
+    drafts the maximum, the searching one less."""
+    length = DraftLength(8)
+    for k in (8, 6, 4, 7, 5) * 6:
+        length.observe(k, k, 1e-5, 1e-3 * (1 + 0.1 * k), "copying")
+        length.observe(k, 0, 1e-5, 1e-3 * (1 + 0.1 * k), "searching")
+    assert length.choose(100, "copying") == (8, "cost model")
+    assert length.choose(100, "searching")[0] == 1
+
+
+def test_lookup_says_when_it_is_copying():
+    lookup = PromptLookupDrafter(1, 2)
+    lookup.reset([5, 6, 7, 8, 5, 6])
+    assert lookup.draft_state == "searching"
+    proposal = lookup.propose(2, SamplingConfig(), None)
+    assert proposal.ids.tolist() == [7, 8]
+    lookup.commit(2, 5)  # both copied tokens kept
+    assert lookup.draft_state == "copying"
+    lookup.propose(3, SamplingConfig(), None)
+    lookup.commit(1, 9)  # the copy broke off
+    assert lookup.draft_state == "searching"
