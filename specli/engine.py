@@ -62,6 +62,8 @@ def generate_rounds(
     forward = _target_forward(target, drafter)
     start = perf_counter()
     cache = _prefill(target, drafter, prompt_ids, forward)
+    synchronize(device)
+    prefill_time = perf_counter() - start  # reported with the first round
     pending, generated = prompt_ids[-1], []
     limit = min(config.max_new_tokens, (max_positions or 1 << 62) - len(prompt_ids))
     length = None
@@ -106,6 +108,7 @@ def generate_rounds(
             elapsed=perf_counter() - start,
             stop=reason,
             info=proposal.info,
+            prefill_time=prefill_time if index == 0 else 0.0,
             draft_limit=k,
             draft_reason=proposal.cut if proposal.cut and len(verdict.drafted) < k else why,
         )

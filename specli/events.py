@@ -53,6 +53,7 @@ class Round:
     text: what this round adds to the output text, filled by `Pair.stream` (the engine, which has no
         tokenizer, leaves it ""). Joined over a generation the texts give `Result.text`; a character
         split across rounds appears in the round that completes it.
+    prefill_time: the prompt's forward (target and drafter), reported by the first round only.
     draft_limit / draft_reason: the k this round allowed and why (docs/design.md §11): "cost model"
         (the k that maximizes expected tokens per second), "warm-up" (the maximum, before enough rounds
         were measured), "fixed" (--fixed-k), "budget" (the tokens left), or why the drafter proposed
@@ -77,6 +78,7 @@ class Round:
     info: dict[str, Any] = field(default_factory=dict)
     token_source: list[tuple[int, float]] = field(default_factory=list)
     text: str = ""
+    prefill_time: float = 0.0
     draft_limit: int = 0
     draft_reason: str = ""
 
@@ -92,6 +94,7 @@ class Round:
         elapsed: float,
         stop: StopReason | None = None,
         info: dict[str, Any] | None = None,
+        prefill_time: float = 0.0,
         draft_limit: int = 0,
         draft_reason: str = "",
     ) -> Round:
@@ -114,6 +117,7 @@ class Round:
             stop=stop,
             info=info or {},
             token_source=verdict.token_source,
+            prefill_time=prefill_time,
             draft_limit=draft_limit,
             draft_reason=draft_reason,
         )
@@ -164,6 +168,7 @@ class Stats:
     rejections: int = 0
     tokens: int = 0
     draft_time: float = 0.0
+    prefill_time: float = 0.0
     verify_time: float = 0.0
     elapsed: float = 0.0
     stop_reason: StopReason | None = None
@@ -179,6 +184,7 @@ class Stats:
         self.rejections += int(r.accepted < len(r.drafted))  # a correction after >= 1 judged draft
         self.tokens += len(r.committed)
         self.draft_time += r.draft_time
+        self.prefill_time += r.prefill_time
         self.verify_time += r.verify_time
         self.elapsed = r.elapsed
         self.stop_reason = r.stop or self.stop_reason

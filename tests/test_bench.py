@@ -32,7 +32,7 @@ SETTINGS_KEYS = {
 RUN_KEYS = {
     "prompt_id", "category", "strategy", "repeat", "tokens", "rounds", "drafted", "accepted", "rejections",
     "elapsed_s", "draft_time_s", "verify_time_s", "position_drafted", "position_accepted", "output_tokens",
-    "num_draft_tokens", "position_judged",
+    "num_draft_tokens", "position_judged", "prefill_time_s",
 }  # fmt: skip
 
 
@@ -213,6 +213,10 @@ def test_bench_json_is_consistent(bench_json):
                 cost = k * s["c"] + s["v"]
                 assert s["bound"] == pytest.approx(expected_acceptance_length(s["accept_prob"], k) / cost)
         assert per["none"]["speedup"] == 1.0
+        for s in per.values():  # the prompt's forward is its own share, not "other"
+            assert s["prefill_time_s"] > 0 and s["other_time_s"] >= 0
+            parts = s["draft_time_s"] + s["verify_time_s"] + s["prefill_time_s"]
+            assert parts <= s["elapsed_s"] * 1.0001
     assert set(data["settings"]) == SETTINGS_KEYS
     runs = data["runs"]
     assert all(set(row) == RUN_KEYS for row in runs)

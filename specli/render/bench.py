@@ -26,7 +26,8 @@ def _num(value: float | None, fmt: str) -> str:
 def _split(m: dict[str, Any]) -> str:
     total = m["elapsed_s"] or 1.0
     return "/".join(
-        f"{100 * m[key] / total:.0f}" for key in ("draft_time_s", "verify_time_s", "other_time_s")
+        f"{100 * m.get(key, 0.0) / total:.0f}"
+        for key in ("draft_time_s", "verify_time_s", "prefill_time_s", "other_time_s")
     )
 
 
@@ -36,7 +37,7 @@ def category_table(category: str, metrics: dict[str, dict[str, Any]]) -> Table:
         ("strategy", "left"), ("tok/s", "right"), ("speedup", "right"), ("mean k", "right"),
         ("acc. rate", "right"),
         ("α", "right"), ("τ", "right"),
-        ("per position", "left"), ("draft/verify/other %", "right"), ("c", "right"), ("v", "right"),
+        ("per position", "left"), ("draft/verify/prefill/other %", "right"), ("c", "right"), ("v", "right"),
         ("bound", "right"), ("efficiency", "right"),
     ):  # fmt: skip
         table.add_column(name, justify=justify)
@@ -130,8 +131,9 @@ def bench_view(report: dict[str, Any]) -> Group:
             f"repeats={s['repeats']} (median) · warm-up={s['warmup']} · {env['device']} {env['dtype']} "
             f"quant={env['quantization']} · threads={env['threads']} · peak memory "
             f"{env.get('peak_memory_bytes', 0) / 2**20:.0f} MiB\n"
-            "mean k = drafted per round · acc. rate = accepted/drafted · α = accepted/(accepted + "
-            "rejections), the probability that a "
+            "draft/verify/prefill/other: shares of the time (prefill: the prompt's forward; other: the "
+            "loop around the forwards) · mean k = drafted per round · acc. rate = accepted/drafted · "
+            "α = accepted/(accepted + rejections), the probability that a "
             "judged draft is kept · τ mean acceptance length (tokens per round) · c draft cost per token "
             "and v verify cost per round, in plain target steps · bound E(α,k)/(k·c+v) with "
             "E = (1 − α^(k+1))/(1 − α) · efficiency = speedup / bound"
