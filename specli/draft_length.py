@@ -3,11 +3,12 @@ second, from running estimates of acceptance per draft position and of what draf
 
 Expected tokens committed by a round drafting k: E(k) = 1 + sum_{i=1..k} prod_{j<=i} a_j, where a_j is
 the probability that draft j is kept given drafts 1..j-1 were (estimated per position, as a running
-average over the rounds that judged it). Its cost: draft(k) + verify(k + 1), each a line a + b·n fitted
-to the measured times of recent rounds (an autoregressive drafter's draft time grows with k, a parallel
-drafter's barely does; verification grows with the tokens checked on a CPU, hardly on a GPU). The
-controller picks k in [1, max] maximizing E(k) / cost(k). Any k is lossless: it only decides how many
-drafts the target judges.
+average over the rounds that judged it; a position not yet judged is assumed as good as the judged
+ones on average). Its cost: draft(k) + verify(k + 1). An autoregressive drafter's draft time is its
+measured time per drafted token times k, a parallel drafter's its measured time per round whatever k;
+verification is a line a + b·n through the running mean verify time of each n seen so far (it grows
+with the tokens checked on a CPU, hardly on a GPU). The controller picks k in [1, max] maximizing
+E(k) / cost(k). Any k is lossless: it only decides how many drafts the target judges.
 
 A drafter may name its state (`draft_state`, read before each round): acceptance is then estimated per
 state. Prompt lookup says "copying" after a round whose whole draft was accepted (the text is repeating
@@ -22,40 +23,60 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 PRIOR_ACCEPT = 0.7  # a_j before position j was ever judged
-PRIOR_WEIGHT = 2.0  # the prior counts as this many judged rounds
-DECAY = 0.97  # per observation: older rounds fade (acceptance and costs drift along a text)
+PRIOR_WEIGHT = 8.0  # a position's estimate leans on the pooled one as if it were this many rounds
+DECAY = 0.98  # per observation: older rounds fade (acceptance and costs drift along a text)
 WARMUP_ROUNDS = 3  # rounds at the maximum k before the cost model decides
+VERIFY_SLOPE = 0.05  # until two lengths were verified: each more token costs 5 % of a verify (a CPU's)
 
 
 @dataclass
-class _Line:
-    """A running weighted least-squares fit y = a + b·x with exponential forgetting."""
+class _Costs:
+    """Running means (exponential forgetting) of draft time per unit (a drafted token, or a round for a
+    parallel drafter) and of verify time per number of tokens verified."""
 
-    s: float = 0.0
-    sx: float = 0.0
-    sy: float = 0.0
-    sxx: float = 0.0
-    sxy: float = 0.0
+    parallel: bool
+    draft_sum: float = 0.0
+    draft_units: float = 0.0
+    verify: dict[int, list[float]] = field(default_factory=dict)  # n -> [decayed time sum, weight]
 
-    def add(self, x: float, y: float) -> None:
-        for name, value in (("s", 1.0), ("sx", x), ("sy", y), ("sxx", x * x), ("sxy", x * y)):
-            setattr(self, name, getattr(self, name) * DECAY + value)
+    def add(self, drafted: int, draft_time: float, verify_time: float) -> None:
+        if drafted > 0:
+            self.draft_sum = self.draft_sum * DECAY + draft_time
+            self.draft_units = self.draft_units * DECAY + (1.0 if self.parallel else drafted)
+        for entry in self.verify.values():
+            entry[0] *= DECAY
+            entry[1] *= DECAY
+        entry = self.verify.setdefault(drafted + 1, [0.0, 0.0])
+        entry[0] += verify_time
+        entry[1] += 1.0
 
     @property
     def seen(self) -> bool:
-        return self.s > 0
+        return self.draft_units > 0 and bool(self.verify)
 
-    def at(self, x: float, slope_if_unknown: float) -> float:
-        """The fitted value at x; with one distinct x so far, a line through the mean of slope
-        `slope_if_unknown` (relative to the mean y per unit x)."""
-        mean_x, mean_y = self.sx / self.s, self.sy / self.s
-        var = self.sxx / self.s - mean_x * mean_x
-        if var > 1e-6 * max(1.0, mean_x * mean_x):
-            slope = (self.sxy / self.s - mean_x * mean_y) / var
-            slope = max(0.0, slope)  # cost never falls with more tokens
-            return max(0.0, mean_y + slope * (x - mean_x))
-        unit = mean_y / mean_x if mean_x > 0 else mean_y
-        return max(0.0, mean_y + slope_if_unknown * unit * (x - mean_x))
+    def draft(self, k: int) -> float:
+        unit = self.draft_sum / self.draft_units
+        return unit if self.parallel else unit * k
+
+    def verify_line(self) -> tuple[float, float]:
+        """(intercept, slope) of verify time against tokens verified: weighted least squares through
+        the per-n means; with one n seen, a slope of VERIFY_SLOPE of that mean per token; never
+        decreasing in n."""
+        points = [(m, total / w, w) for m, (total, w) in self.verify.items() if w > 1e-9]
+        weight = sum(w for *_, w in points)
+        mean_n = sum(m * w for m, _, w in points) / weight
+        mean_t = sum(t * w for _, t, w in points) / weight
+        var = sum(w * (m - mean_n) ** 2 for m, _, w in points) / weight
+        if var > 1e-9:
+            slope = sum(w * (m - mean_n) * (t - mean_t) for m, t, w in points) / weight / var
+        else:
+            slope = VERIFY_SLOPE * mean_t
+        slope = max(0.0, slope)
+        return mean_t - slope * mean_n, slope
+
+    def verify_time(self, n: int) -> float:
+        intercept, slope = self.verify_line()
+        return max(0.0, intercept + slope * n)
 
 
 @dataclass
@@ -71,13 +92,13 @@ class DraftLength:
     parallel: bool = False
     _accepted: dict[str | None, list[float]] = field(default_factory=dict)  # per state: decayed counts
     _judged: dict[str | None, list[float]] = field(default_factory=dict)  # per state and position
-    _draft: _Line = field(default_factory=_Line)  # draft seconds vs drafted tokens
-    _verify: _Line = field(default_factory=_Line)  # verify seconds vs tokens verified (k + 1)
+    _costs: _Costs | None = None
     _rounds: int = 0
 
     def __post_init__(self) -> None:
         if self.max_k < 1:
             raise ValueError(f"max_k must be at least 1 (got {self.max_k})")
+        self._costs = _Costs(self.parallel)
 
     def _counts(self, state: str | None) -> tuple[list[float], list[float]]:
         if state not in self._judged:
@@ -86,11 +107,13 @@ class DraftLength:
         return self._accepted[state], self._judged[state]
 
     def accept_probs(self, state: str | None = None) -> list[float]:
-        """a_1..a_max: the running estimate of P(draft j kept | drafts before it kept) in `state`."""
+        """a_1..a_max: the running estimate of P(draft j kept | drafts before it kept) in `state`; the
+        prior of each is the state's acceptance over all positions (PRIOR_ACCEPT before any)."""
         accepted, judged = self._counts(state)
+        total = sum(judged)
+        prior = (sum(accepted) + PRIOR_ACCEPT * PRIOR_WEIGHT) / (total + PRIOR_WEIGHT)
         return [
-            (acc + PRIOR_ACCEPT * PRIOR_WEIGHT) / (n + PRIOR_WEIGHT)
-            for acc, n in zip(accepted, judged, strict=True)
+            (acc + prior * PRIOR_WEIGHT) / (n + PRIOR_WEIGHT) for acc, n in zip(accepted, judged, strict=True)
         ]
 
     def expected_tokens(self, k: int, state: str | None = None) -> float:
@@ -103,10 +126,9 @@ class DraftLength:
 
     def cost(self, k: int) -> float | None:
         """Estimated seconds of a round drafting k (None before any round was measured)."""
-        if not (self._draft.seen and self._verify.seen):
+        if not self._costs.seen:
             return None
-        draft = self._draft.at(k, 0.0 if self.parallel else 1.0)
-        return draft + self._verify.at(k + 1, 0.1)
+        return self._costs.draft(k) + self._costs.verify_time(k + 1)
 
     def choose(self, budget: int, state: str | None = None) -> tuple[int, str]:
         """(k, why) for a round that may commit at most `budget` tokens, the drafter being in `state`.
@@ -119,10 +141,15 @@ class DraftLength:
             return cap, "fixed" if cap == self.max_k else "budget"
         if self._rounds < WARMUP_ROUNDS or self.cost(1) is None:
             return cap, "warm-up" if cap == self.max_k else "budget"
-        rates = [
-            (self.expected_tokens(k, state) / max(self.cost(k) or 0.0, 1e-12), k) for k in range(1, cap + 1)
-        ]
-        best = max(rates)[1]
+        intercept, slope = self._costs.verify_line()
+        best, best_rate, expected, run = 1, -1.0, 1.0, 1.0
+        for k, a in enumerate(self.accept_probs(state)[:cap], start=1):
+            run *= a
+            expected += run
+            cost = self._costs.draft(k) + max(0.0, intercept + slope * (k + 1))
+            rate = expected / max(cost, 1e-12)
+            if rate > best_rate:
+                best, best_rate = k, rate
         return best, "budget" if best == cap < self.max_k else "cost model"
 
     def observe(
@@ -136,7 +163,5 @@ class DraftLength:
         for i in range(min(drafted, accepted + 1, self.max_k)):  # positions the target judged
             judged[i] += 1.0
             kept[i] += float(i < accepted)
-        if drafted > 0:
-            self._draft.add(drafted, draft_time)
-            self._rounds += 1
-        self._verify.add(drafted + 1, verify_time)
+        self._costs.add(drafted, draft_time, verify_time)
+        self._rounds += drafted > 0

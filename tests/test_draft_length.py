@@ -11,7 +11,7 @@ from test_lossless_sampling import exact_joint, g_test_pvalue
 from test_parallel_drafting import make_pard, make_peagle
 
 from specli.cached_lm import CachedLM
-from specli.draft_length import PRIOR_ACCEPT, WARMUP_ROUNDS, DraftLength
+from specli.draft_length import PRIOR_ACCEPT, VERIFY_SLOPE, WARMUP_ROUNDS, DraftLength
 from specli.drafters.draft_model import DraftModelDrafter
 from specli.drafters.eagle import EagleDrafter
 from specli.drafters.prompt_lookup import PromptLookupDrafter
@@ -55,12 +55,12 @@ def test_expected_tokens_is_the_closed_form_when_every_position_has_the_same_rat
 
 def test_only_judged_positions_learn():
     """A round drafting 4 whose second draft is rejected judged positions 1 and 2 only: 1 kept, 2 not;
-    3 and 4 keep their prior."""
+    3 and 4, never judged, are taken to be as good as the judged positions on average (about 1/2)."""
     length = DraftLength(4)
     feed(length, 30, 4, 1, 1e-3, 1e-3)
     a = length.accept_probs()
-    assert a[0] > 0.95 and a[1] < 0.1
-    assert a[2] == pytest.approx(PRIOR_ACCEPT) and a[3] == pytest.approx(PRIOR_ACCEPT)
+    assert a[0] > 0.85 and a[1] < 0.15  # each leans on the pooled estimate (about 1/2)
+    assert a[2] == a[3] == pytest.approx(0.5, abs=0.04)
 
 
 @pytest.mark.parametrize(
@@ -94,7 +94,7 @@ def test_costs_fitted_from_one_k_assume_an_autoregressive_line():
     ar, par = DraftLength(8), DraftLength(8, parallel=True)
     for length in (ar, par):
         feed(length, 5, 4, 4, 0.4, 1.0)
-    verify = 4 * 0.1 * (1.0 / 5)  # 4 more tokens, each a tenth of the mean per-token verify time
+    verify = 4 * VERIFY_SLOPE * 1.0  # 4 more tokens, each VERIFY_SLOPE of the verify time seen
     assert ar.cost(8) - ar.cost(4) == pytest.approx(0.4 + verify)  # draft time doubles with k
     assert par.cost(8) - par.cost(4) == pytest.approx(verify)
 
