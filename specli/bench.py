@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 SETS = ("code", "chat")
 BASELINE = "none"
+HF_PREFIX = "transformers: "  # interleaved transformers runs are strategies named so
 
 
 class Progress(Protocol):
@@ -103,6 +104,7 @@ class Measurement:
     stats: Stats
     output: list[int] = field(repr=False)
     num_draft_tokens: int | None = None  # set in a k sweep: the k this run used
+    error: str | None = None  # a transformers mode that failed
 
     @property
     def label(self) -> str:
@@ -249,35 +251,65 @@ def run_bench(
     bench: BenchSettings,
     on_prompt: Callable[[BenchPrompt], None] | None = None,
     progress: Progress | None = None,
+    hf_modes: dict[str, dict[str, Any]] | None = None,
 ) -> list[Measurement]:
     """Baseline + strategies on every (prompt, ids), repeats interleaved; returns every measurement.
-    In a sweep (bench.ks) every strategy but the baseline runs once per k. `progress` hears of two
-    stages, warm-up and measuring, and of every run."""
+    In a sweep (bench.ks) every strategy but the baseline runs once per k. `hf_modes` (name -> the
+    generate() arguments of a transformers mode) run in the same rotation, as strategies named
+    HF_PREFIX + name, so drift hits them alike; a mode that fails is recorded once and dropped.
+    `progress` hears of two stages, warm-up and measuring, and of every run."""
     ks = bench.ks
     order: list[tuple[str, int | None]] = [(BASELINE, None)]
     for s in strategies:
         if s != BASELINE:
             order += [(s, k) for k in ks] if ks else [(s, None)]
+    order += [(HF_PREFIX + name, None) for name in hf_modes or {}]
+    failed: set[str] = set()
+
+    def run(prompt: BenchPrompt, ids: list[int], strategy: str, repeat: int, k: int | None) -> Measurement:
+        if not strategy.startswith(HF_PREFIX):
+            return measure(pair, prompt, ids, strategy, bench, repeat, k)
+        name = strategy[len(HF_PREFIX) :]
+        seed = bench.base_seed + repeat
+        try:
+            output, seconds = transformers_generate(pair, ids, hf_modes[name], bench.settings, seed)
+        except Exception as e:  # a mode transformers refuses for this model: report, do not abort
+            failed.add(strategy)
+            error = _error_text(e)
+            return Measurement(prompt.id, prompt.category, strategy, repeat, 0.0, Stats(), [], error=error)
+        stats = Stats(rounds=len(output), tokens=len(output))
+        return Measurement(prompt.id, prompt.category, strategy, repeat, seconds, stats, output)
+
     if progress and bench.warmup:
         progress.stage("warm-up (not counted)", bench.warmup * len(order))
+    measurements: list[Measurement] = []
     for _ in range(bench.warmup):
         for strategy, k in order:
-            measure(pair, encoded[0][0], encoded[0][1], strategy, bench, 0, k)
+            done = run(encoded[0][0], encoded[0][1], strategy, 0, k)
+            if done.error:
+                measurements.append(done)
             if progress:
                 progress.advance()
     if progress:
-        runs = count(len(order), "strategy", "strategies") if not ks else count(len(order), "variant")
+        ours = len(order) - len(hf_modes or {})
+        runs = count(ours, "strategy", "strategies") if not ks else count(ours, "variant")
+        if hf_modes:
+            runs += f" (+ {count(len(hf_modes), 'transformers mode')})"
         progress.stage(
             f"measuring {count(len(encoded), 'prompt')} × {runs} × {count(bench.repeats, 'repeat')}",
             len(encoded) * bench.repeats * len(order),
             similar=True,
         )
-    measurements: list[Measurement] = []
     for prompt, ids in encoded:
         for repeat in range(bench.repeats):
             shift = repeat % len(order)
             for strategy, k in order[shift:] + order[:shift]:
-                measurements.append(measure(pair, prompt, ids, strategy, bench, repeat, k))
+                if strategy in failed:
+                    if progress:
+                        progress.advance()
+                    continue
+                done = run(prompt, ids, strategy, repeat, k)
+                measurements.append(done)
                 if progress:
                     progress.advance()
         if on_prompt:
@@ -471,17 +503,22 @@ def report(
     hf: dict[str, Any] | None,
     skipped: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Everything a later comparison needs: settings, environment, summaries, per-prompt runs, errors."""
-    errors = identity_errors(measurements) if bench.settings.greedy else []
+    """Everything a later comparison needs: settings, environment, summaries, per-prompt runs, errors.
+    `hf`: transformers' results when they ran apart; interleaved runs among `measurements` are summed up
+    here instead (`transformers_results`)."""
+    ours = [m for m in measurements if not m.strategy.startswith(HF_PREFIX)]
+    errors = identity_errors(ours) if bench.settings.greedy else []
+    if hf is None and len(ours) < len(measurements):
+        hf = transformers_results(measurements)
     return {
         "settings": bench.to_dict(),
         "environment": env,
-        "summary": summarize(measurements, bench.settings.num_draft_tokens),
-        "sweep": sweep(measurements),
+        "summary": summarize(ours, bench.settings.num_draft_tokens),
+        "sweep": sweep(ours),
         "errors": errors,
         "skipped": skipped or [],
         "transformers": hf,
-        "runs": [m.to_dict() for m in measurements],
+        "runs": [m.to_dict() for m in ours],
     }
 
 
@@ -513,6 +550,34 @@ def transformers_modes(
     return modes
 
 
+def transformers_generate(
+    pair: Pair, prompt_ids: list[int], extra: dict[str, Any], settings: Settings, seed: int
+) -> tuple[list[int], float]:
+    """One transformers generate() in a mode (`extra`: its keyword arguments) with the bench's settings:
+    max_new_tokens, and when sampling temperature, top-k and top-p as set, seeded -> (new token ids,
+    seconds, CUDA synchronised at both ends)."""
+    device = pair.target.device
+    ids = torch.tensor([prompt_ids], device=device)
+    sampling = {}
+    if not settings.greedy:
+        sampling = dict(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p)
+    torch.manual_seed(seed)
+    kwargs = dict(
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=settings.max_new_tokens,
+        do_sample=not settings.greedy,
+        pad_token_id=pair.tokenizer.pad_token_id or (sorted(pair.eos_ids) or [0])[0],
+        **sampling,
+        **extra,
+    )
+    synchronize(device)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        out = pair.target_model.generate(ids, **kwargs)
+    synchronize(device)
+    return out[0, ids.shape[1] :].tolist(), time.perf_counter() - start
+
+
 def run_transformers(
     pair: Pair,
     encoded: list[tuple[BenchPrompt, list[int]]],
@@ -521,16 +586,10 @@ def run_transformers(
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """tokens/s of transformers' own generate() in each mode over the same prompts (median of repeats),
-    with the same settings: max_new_tokens, and when sampling temperature, top-k and top-p as set.
+    mode after mode (`run_bench(..., hf_modes=)` interleaves them with specli's runs instead).
     `progress` hears of one stage and of every generate() call (a mode that fails counts as done)."""
-    model = pair.target_model
-    device = pair.target.device
-    settings = bench.settings
-    sampling = {}
-    if not settings.greedy:
-        sampling = dict(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p)
     results: dict[str, Any] = {}
-    modes = transformers_modes(pair, strategies, settings)
+    modes = transformers_modes(pair, strategies, bench.settings)
     runs_per_mode = len(encoded) * max(1, bench.repeats)
     if progress:
         progress.stage(f"transformers generate(), {count(len(modes), 'mode')}", len(modes) * runs_per_mode)
@@ -540,32 +599,47 @@ def run_transformers(
         done = 0
         try:
             for _, prompt_ids in encoded:
-                ids = torch.tensor([prompt_ids], device=device)
                 times = []
                 for repeat in range(max(1, bench.repeats)):
-                    torch.manual_seed(bench.base_seed + repeat)
-                    kwargs = dict(
-                        attention_mask=torch.ones_like(ids),
-                        max_new_tokens=settings.max_new_tokens,
-                        do_sample=not settings.greedy,
-                        pad_token_id=pair.tokenizer.pad_token_id or (sorted(pair.eos_ids) or [0])[0],
-                        **sampling,
-                        **extra,
+                    new, seconds = transformers_generate(
+                        pair, prompt_ids, extra, bench.settings, bench.base_seed + repeat
                     )
-                    synchronize(device)
-                    start = time.perf_counter()
-                    with torch.inference_mode():
-                        out = model.generate(ids, **kwargs)
-                    synchronize(device)
-                    times.append(time.perf_counter() - start)
+                    times.append(seconds)
                     done += 1
                     if progress:
                         progress.advance()
-                tokens += out.shape[1] - ids.shape[1]
+                tokens += len(new)
                 elapsed += statistics.median(times)
             results[name] = {"tokens": tokens, "elapsed_s": elapsed, "tokens_per_second": tokens / elapsed}
         except Exception as e:  # a mode transformers refuses for this model: report, do not abort the bench
-            results[name] = {"error": f"{type(e).__name__}: {e}"[:300]}
+            results[name] = {"error": _error_text(e)}
             if progress:
                 progress.advance(runs_per_mode - done)
     return results
+
+
+def _error_text(error: Exception) -> str:
+    return f"{type(error).__name__}: {error}"[:300]
+
+
+def transformers_results(measurements: list[Measurement]) -> dict[str, Any]:
+    """The interleaved transformers runs (strategy HF_PREFIX + mode) -> {mode: tokens, elapsed_s (sum
+    of each prompt's median), tokens_per_second} or {mode: {"error": ...}}."""
+    results: dict[str, Any] = {}
+    for m in measurements:
+        if m.strategy.startswith(HF_PREFIX):
+            results.setdefault(m.strategy[len(HF_PREFIX) :], []).append(m)
+    out: dict[str, Any] = {}
+    for name, runs in results.items():
+        failed = next((m.error for m in runs if m.error), None)
+        if failed:
+            out[name] = {"error": failed}
+            continue
+        by_prompt: dict[str, list[Measurement]] = {}
+        for m in runs:
+            by_prompt.setdefault(m.prompt_id, []).append(m)
+        medians = [_median_runs(v) for v in by_prompt.values()]
+        tokens = sum(len(m.output) for m in medians)
+        elapsed = sum(m.elapsed_s for m in medians)
+        out[name] = {"tokens": tokens, "elapsed_s": elapsed, "tokens_per_second": tokens / elapsed}
+    return out

@@ -734,10 +734,11 @@ def bench(
         for note in skipped:
             err.print(f"warning: {note}", markup=False)
         with Counted(err, "bench") as counted:  # every stage: its count and the time it has left
-            measurements = b.run_bench(pair, encoded, strategies, bench_settings, progress=counted)
+            modes = b.transformers_modes(pair, strategies, settings) if compare_hf else None
+            measurements = b.run_bench(
+                pair, encoded, strategies, bench_settings, progress=counted, hf_modes=modes
+            )  # transformers' runs interleaved with specli's: machine drift hits both alike
             hf = None
-            if compare_hf:
-                hf = b.run_transformers(pair, encoded, strategies, bench_settings, progress=counted)
         env = b.environment(pair, dtype, quant)
         env["peak_memory_bytes"] = b.peak_memory_bytes(pair.target.device)
         env["threads_option"] = threads  # env["threads"]: the count torch used

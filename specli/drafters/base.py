@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from specli.sampling import SamplingConfig
+from specli.sampling import SamplingConfig, choose, confident
 
 
 @dataclass
@@ -34,6 +34,39 @@ class Proposal:
     def empty(cls) -> Proposal:
         """No draft tokens (a plain decoding step)."""
         return cls(torch.empty(0, dtype=torch.long))
+
+
+@dataclass
+class Drafts:
+    """A proposal built one draft at a time by a model drafter: `take(logits)` draws the next token (and
+    keeps the q it was drawn from), or ends the draft when the drafter's top probability is below p_min
+    (cut = "threshold")."""
+
+    sampling: SamplingConfig
+    generator: torch.Generator | None
+    p_min: float = 0.0
+    cut: str | None = None
+    ids: list[torch.Tensor] = field(default_factory=list)
+    qs: list[torch.Tensor] = field(default_factory=list)
+
+    def take(self, logits: torch.Tensor) -> torch.Tensor | None:
+        """logits [V_target] -> the drafted token [1], or None when the draft ends here."""
+        if not confident(logits, self.p_min):
+            self.cut = "threshold"
+            return None
+        token, q = choose(logits, self.sampling, self.generator)  # [1], [V] | None
+        self.ids.append(token)
+        if q is not None:
+            self.qs.append(q)
+        return token
+
+    @property
+    def tokens(self) -> torch.Tensor:
+        """The drafted ids [k'] (long)."""
+        return torch.cat(self.ids) if self.ids else torch.empty(0, dtype=torch.long)
+
+    def proposal(self, info: dict[str, Any] | None = None) -> Proposal:
+        return Proposal(self.tokens, torch.stack(self.qs) if self.qs else None, info or {}, self.cut)
 
 
 class Drafter(Protocol):

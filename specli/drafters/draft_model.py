@@ -13,8 +13,8 @@ from typing import Any
 import torch
 
 from specli.cached_lm import CachedLM
-from specli.drafters.base import Proposal
-from specli.sampling import SamplingConfig, choose, confident
+from specli.drafters.base import Drafts, Proposal
+from specli.sampling import SamplingConfig
 
 MASK_TOKEN_KEYS = ("pard_token", "ptd_token_id")  # config keys naming a parallel drafter's mask token
 PARALLEL_K_KEY = "para_num"  # the drafts per forward a parallel drafter was trained for, when recorded
@@ -128,22 +128,16 @@ class DraftModelDrafter:
             return Proposal(ids=self._drafted, cut=cut)
         if self.mask_token is not None:
             return self._propose_parallel(k, sampling, generator, cut)
-        ids: list[torch.Tensor] = []
-        qs: list[torch.Tensor] = []
+        drafts = Drafts(sampling, generator, self.p_min, cut)
         inp = torch.tensor(self._pending)
         for i in range(k):
             logits = self._align(self.lm.forward(inp, self._cache, last_only=True)[-1].float())  # [V]
             self._fed = i  # pending and d_1..d_i are in the cache now
-            if not confident(logits, self.p_min):
-                cut = "threshold"
+            inp = drafts.take(logits)  # [1], the next input
+            if inp is None:
                 break
-            tok, q = choose(logits, sampling, generator)  # [1], [V] | None
-            ids.append(tok)
-            if q is not None:
-                qs.append(q)
-            inp = tok
-        self._drafted = torch.cat(ids) if ids else torch.empty(0, dtype=torch.long)  # [k']
-        return Proposal(ids=self._drafted, q=torch.stack(qs) if qs else None, cut=cut)
+        self._drafted = drafts.tokens  # [k']
+        return drafts.proposal()
 
     def _propose_parallel(
         self, k: int, sampling: SamplingConfig, generator: torch.Generator | None, cut: str | None
@@ -155,19 +149,12 @@ class DraftModelDrafter:
         logits = self._align(self.lm.forward(inp, self._cache)[n - 1 :].float())  # [k, V]
         self.lm.rewind(self._cache, k - 1)
         self._fed = 0
-        ids: list[torch.Tensor] = []
-        qs: list[torch.Tensor] = []
+        drafts = Drafts(sampling, generator, self.p_min, cut)
         for row in logits:
-            if not confident(row, self.p_min):
-                cut = "threshold"
+            if drafts.take(row) is None:
                 break
-            token, q = choose(row, sampling, generator)  # [1], [V] | None
-            ids.append(token)
-            if q is not None:
-                qs.append(q)
-        self._drafted = torch.cat(ids) if ids else torch.empty(0, dtype=torch.long)  # [k']
-        info = {"parallel": True, "mask_inputs": k - 1}
-        return Proposal(ids=self._drafted, q=torch.stack(qs) if qs else None, info=info, cut=cut)
+        self._drafted = drafts.tokens  # [k']
+        return drafts.proposal({"parallel": True, "mask_inputs": k - 1})
 
     def commit(self, accepted: int, token: int) -> None:
         drafted = self._drafted[:accepted].tolist()

@@ -26,9 +26,9 @@ from typing import Any
 
 import torch
 
-from specli.drafters.base import Proposal
+from specli.drafters.base import Drafts, Proposal
 from specli.eagle_head import EagleHead, HeadCache
-from specli.sampling import SamplingConfig, choose, confident
+from specli.sampling import SamplingConfig
 
 
 class EagleDrafter:
@@ -122,22 +122,15 @@ class EagleDrafter:
         if head.config.parallel:
             return self._propose_parallel(states[m - 1 :], sampling, generator)
         state = states[-1:]  # [1, H]
-        ids: list[torch.Tensor] = []
-        qs: list[torch.Tensor] = []
-        cut = None
+        drafts = Drafts(sampling, generator, self.p_min)
         for i in range(k):
-            logits = self._target_logits(head.draft_logits(state, self._target_head)[-1])  # [V]
-            if not confident(logits, self.p_min):
-                cut = "threshold"
+            token = drafts.take(self._target_logits(head.draft_logits(state, self._target_head)[-1]))
+            if token is None:
                 break
-            token, q = choose(logits, sampling, generator)  # [1], [V] | None
-            ids.append(token)
-            if q is not None:
-                qs.append(q)
             if i < k - 1:  # the chain: the head's own state stands in for the missing feature
                 position = torch.tensor([self._cache.length], device=self.device)
                 state = head.step(self._embeddings(token), state, position, self._cache)
-        return self._proposal(ids, qs, cut)
+        return self._proposal(drafts)
 
     def _propose_parallel(
         self, states: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator | None
@@ -145,28 +138,19 @@ class EagleDrafter:
         """states [k, H]: the last true slot's and the placeholders' outputs -> d_1..d_k, each drawn from
         its own position's distribution (none depends on the drafts before it)."""
         logits = self.head.draft_logits(states, self._target_head)  # [k, V_draft]
-        ids: list[torch.Tensor] = []
-        qs: list[torch.Tensor] = []
-        cut = None
+        drafts = Drafts(sampling, generator, self.p_min)
         self._info.update(parallel=True, mask_inputs=states.shape[0] - 1)
         for row in logits:
-            row = self._target_logits(row)  # [V]
-            if not confident(row, self.p_min):
-                cut = "threshold"
+            if drafts.take(self._target_logits(row)) is None:
                 break
-            token, q = choose(row, sampling, generator)  # [1], [V] | None
-            ids.append(token)
-            if q is not None:
-                qs.append(q)
-        return self._proposal(ids, qs, cut)
+        return self._proposal(drafts)
 
-    def _proposal(self, ids: list[torch.Tensor], qs: list[torch.Tensor], cut: str | None = None) -> Proposal:
-        drafted = torch.cat(ids) if ids else torch.empty(0, dtype=torch.long)  # [k']
-        self._drafted = drafted.tolist()
+    def _proposal(self, drafts: Drafts) -> Proposal:
+        self._drafted = drafts.tokens.tolist()
         self._info.update(
             target_layers=list(self.feature_layers), draft_vocab=self.head.config.draft_vocab_size
         )
-        return Proposal(ids=drafted, q=torch.stack(qs) if qs else None, info=self._info, cut=cut)
+        return drafts.proposal(self._info)
 
     def commit(self, accepted: int, token: int) -> None:
         if self._vocab is not None and self._info:  # could the head have drafted the target's token?

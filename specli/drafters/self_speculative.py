@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import torch
 
-from specli.drafters.base import Proposal
+from specli.drafters.base import Drafts, Proposal
 from specli.layer_stack import LayerStack
-from specli.sampling import SamplingConfig, choose, confident
+from specli.sampling import SamplingConfig
 
 
 class SelfSpeculativeDrafter:
@@ -52,28 +52,16 @@ class SelfSpeculativeDrafter:
         stack, device = self.stack, self.stack.backbone.embed_tokens.weight.device
         token = torch.tensor([[self._pending]], device=device)  # [1, 1]
         position = self._length - 1
-        ids: list[torch.Tensor] = []
-        qs: list[torch.Tensor] = []
+        drafts = Drafts(sampling, generator, self.p_min)
         self._hidden = []
-        cut = None
         for step in range(k):
             hidden = stack.run(stack.embed(token), 0, self.exit_layer, position + step, self._cache)
             self._hidden.append(hidden)  # [1, 1, d]
-            logits = stack.logits(hidden)[0, -1].float()  # [V]
-            if not confident(logits, self.p_min):
-                cut = "threshold"
+            chosen = drafts.take(stack.logits(hidden)[0, -1].float())  # [1] | None
+            if chosen is None:
                 break
-            chosen, q = choose(logits, sampling, generator)  # [1], [V] | None
-            ids.append(chosen)
-            if q is not None:
-                qs.append(q)
             token = chosen[None]  # [1, 1]
-        return Proposal(
-            ids=torch.cat(ids) if ids else torch.empty(0, dtype=torch.long),
-            q=torch.stack(qs) if qs else None,
-            info={"exit_layer": self.exit_layer},
-            cut=cut,
-        )
+        return drafts.proposal({"exit_layer": self.exit_layer})
 
     @torch.inference_mode()
     def verify_forward(self, ids: torch.Tensor, cache) -> torch.Tensor:

@@ -90,6 +90,30 @@ class Packed:
         own = (a_k == a_q) & (o_k > 0) & (o_k <= o_q)
         return real | own
 
+    def loss_by_depth(self, per_slot: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+        """per_slot [B, L] losses -> their mean per depth, then over depths (each depth counts the same,
+        however few anchors it kept), and the log record."""
+        losses, parts = [], {}
+        for j in range(int(self.offset.max()) + 1):
+            chosen = self.offset == j
+            if chosen.any():
+                losses.append(per_slot[:, chosen].mean())
+                parts[f"ce{j}"] = round(losses[-1].item(), 4)
+        loss = torch.stack(losses).mean()
+        return loss, {"loss": round(loss.item(), 4), **parts}
+
+    def hits_by_depth(self, hits: torch.Tensor, depths: int) -> torch.Tensor:
+        """hits [L] (1 where a slot's argmax was the target's) -> [2, depths]: hits and slots per depth."""
+        out = torch.zeros(2, depths)
+        out[0].index_add_(0, self.offset, hits.float())
+        out[1].index_add_(0, self.offset, torch.ones_like(hits, dtype=torch.float))
+        return out
+
+
+def agreement(totals: torch.Tensor) -> list[float]:
+    """[2, depths] summed hits_by_depth -> the share of hits per depth."""
+    return [round(a, 4) for a in (totals[0] / totals[1].clamp(min=1)).tolist()]
+
 
 def pack(length: int, parallel: int, retain: float, generator: torch.Generator | None) -> Packed:
     """Real tokens 0..length-1, then the kept masks offset by offset. Mask (t, j) needs the target's
@@ -137,38 +161,21 @@ def pard_loss(
         logits = parallel_logits(drafter, window, layout, mask_id)  # [B, L, V+1]
     student = logits[..., :vocab].float().log_softmax(-1)
     place = layout.positions  # [L]: the target position each slot distils
-    per_token = -(teacher[:, place] * student).sum(-1)  # [B, L]
-    parts = {}
-    losses = []
-    for j in range(recipe.parallel):
-        chosen = layout.offset == j
-        if chosen.any():
-            value = per_token[:, chosen].mean()
-            losses.append(value)
-            parts[f"ce{j}"] = round(value.item(), 4)
-    loss = torch.stack(losses).mean()
-    return loss, {"loss": round(loss.item(), 4), **parts}
+    return layout.loss_by_depth(-(teacher[:, place] * student).sum(-1))  # [B, L] per slot
 
 
 @torch.no_grad()
 def evaluate(drafter, target, windows: torch.Tensor, parallel: int, mask_id: int) -> dict[str, Any]:
     """Per offset: how often the drafter's argmax equals the target's at that place (every anchor kept);
     offset j is the proxy for accepting d_{j+1} when d_1..d_j were right."""
-    agree = torch.zeros(parallel)
-    count = torch.zeros(parallel)
+    totals = torch.zeros(2, parallel)
     for row in windows:
         window = row[None, :-1]
         layout = pack(window.shape[1], parallel, 1.0, None)
-        choice = parallel_logits(drafter, window, layout, mask_id)[0, :, : target.config.vocab_size].argmax(
-            -1
-        )
+        logits = parallel_logits(drafter, window, layout, mask_id)[0, :, : target.config.vocab_size]
         wanted = target(input_ids=window).logits[0].argmax(-1)[layout.positions]
-        hits = (choice == wanted).float()
-        for j in range(parallel):
-            chosen = layout.offset == j
-            agree[j] += hits[chosen].sum()
-            count[j] += chosen.sum()
-    return {"agreement_by_offset": [round(a, 4) for a in (agree / count.clamp(min=1)).tolist()]}
+        totals += layout.hits_by_depth(logits.argmax(-1) == wanted, parallel)
+    return {"agreement_by_offset": agreement(totals)}
 
 
 # --------------------------------------------------------------------------- the drafter

@@ -31,7 +31,7 @@ from specli.eagle_head import EagleHead
 from specli.head_formats import load_head, save_head
 from specli.training.corpus import load_corpus
 from specli.training.eagle import target_pass
-from specli.training.pard import Packed, pack
+from specli.training.pard import Packed, agreement, pack
 from specli.training.tiny import (
     _autocast,
     _fit,
@@ -134,23 +134,13 @@ def peagle_loss(
     teacher = logp[:, layout.positions + 1].exp()  # [B, L, V]
     if ids is not None:
         teacher = teacher[..., ids]
-    per_slot = -(teacher * logits.float().log_softmax(-1)).sum(-1)  # [B, L]
-    losses, parts = [], {}
-    for j in range(recipe.parallel):
-        chosen = layout.offset == j
-        if chosen.any():
-            value = per_slot[:, chosen].mean()
-            losses.append(value)
-            parts[f"ce{j}"] = round(value.item(), 4)
-    loss = torch.stack(losses).mean()
-    return loss, {"loss": round(loss.item(), 4), **parts}
+    return layout.loss_by_depth(-(teacher * logits.float().log_softmax(-1)).sum(-1))  # [B, L] per slot
 
 
 @torch.no_grad()
 def evaluate(head: EagleHead, target, windows: torch.Tensor, parallel: int) -> dict[str, Any]:
     """Per depth: how often the head's argmax equals the target's at that place (every anchor kept)."""
-    agree = torch.zeros(parallel)
-    count = torch.zeros(parallel)
+    totals = torch.zeros(2, parallel)
     ids = head.draft_to_target()
     for row in windows:
         window = row[None, :-1]
@@ -160,12 +150,8 @@ def evaluate(head: EagleHead, target, windows: torch.Tensor, parallel: int) -> d
         choice = head.draft_logits(packed_states(head, embeds, hidden, layout))[0].argmax(-1)
         if ids is not None:
             choice = ids[choice]
-        hits = (choice == logp[0, layout.positions + 1].argmax(-1)).float()
-        for j in range(parallel):
-            chosen = layout.offset == j
-            agree[j] += hits[chosen].sum()
-            count[j] += chosen.sum()
-    return {"agreement_by_depth": [round(a, 4) for a in (agree / count.clamp(min=1)).tolist()]}
+        totals += layout.hits_by_depth(choice == logp[0, layout.positions + 1].argmax(-1), parallel)
+    return {"agreement_by_depth": agreement(totals)}
 
 
 def train_peagle(head: EagleHead, target, tokenizer, recipe: PEagleRecipe, out: Path, log=print) -> dict:
