@@ -73,7 +73,9 @@ class BernoulliDrafter:
 
 def run_synthetic(alpha: float, max_new_tokens: int, seed: int = 0) -> list[Round]:
     """Greedy speculative generation with the stand-ins: every judged draft is accepted w.p. alpha."""
-    config = EngineConfig(max_new_tokens=max_new_tokens, num_draft_tokens=K, sampling=SamplingConfig())
+    config = EngineConfig(  # k drafts every round: the counts below assume it
+        max_new_tokens=max_new_tokens, num_draft_tokens=K, sampling=SamplingConfig(), fixed_k=True
+    )
     drafter = BernoulliDrafter(alpha, seed)
     return list(generate_rounds(SuccessorTarget(), drafter, [3], config, StopCriteria(set())))
 
