@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-PRIOR_ACCEPT = 0.7  # a_j before position j was ever judged
+PRIOR_ACCEPT = 0.7  # the pooled acceptance before any draft was judged
+POOLED_WEIGHT = 2.0  # ... counting as this many judged drafts
 PRIOR_WEIGHT = 8.0  # a position's estimate leans on the pooled one as if it were this many rounds
 DECAY = 0.98  # per observation: older rounds fade (acceptance and costs drift along a text)
 WARMUP_ROUNDS = 3  # rounds at the maximum k before the cost model decides
@@ -111,7 +112,7 @@ class DraftLength:
         prior of each is the state's acceptance over all positions (PRIOR_ACCEPT before any)."""
         accepted, judged = self._counts(state)
         total = sum(judged)
-        prior = (sum(accepted) + PRIOR_ACCEPT * PRIOR_WEIGHT) / (total + PRIOR_WEIGHT)
+        prior = (sum(accepted) + PRIOR_ACCEPT * POOLED_WEIGHT) / (total + POOLED_WEIGHT)
         return [
             (acc + prior * PRIOR_WEIGHT) / (n + PRIOR_WEIGHT) for acc, n in zip(accepted, judged, strict=True)
         ]
