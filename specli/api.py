@@ -236,11 +236,19 @@ class Pair:
         )
 
     @property
+    def parallel_draft_tokens(self) -> int | None:
+        """The k the pair's own drafter was made for when it drafts in parallel (PARD: its recorded K or
+        8; P-EAGLE: its speculators speculative_tokens or 8); None for an autoregressive one."""
+        if self.strategy == "eagle" and self.head is not None and self.head.config.parallel:
+            return self.head.config.extra.get("speculative_tokens") or PARALLEL_K_DEFAULT
+        if self.strategy == "draft":
+            return parallel_draft_tokens(self.draft_model.config)
+        return None
+
+    @property
     def parallel(self) -> bool:
         """Whether the pair's own strategy drafts in parallel (a PARD drafter, a P-EAGLE head)."""
-        if self.strategy == "eagle":
-            return self.head is not None and self.head.config.parallel
-        return self.strategy == "draft" and parallel_mask_token(self.draft_model.config) is not None
+        return self.parallel_draft_tokens is not None
 
     def stream(
         self,
@@ -449,12 +457,7 @@ def load(
         target_model, draft_model = _load_weights(models, placement, dev, fetcher)
         head_model = _load_head(head, target_model, fetcher) if head is not None else None
     apply_threads(threads, probe)
-    speculation = spec.speculation if spec else None
-    if draft is not None:  # a drafter the preset did not pick: a parallel one brings its own default k
-        k = _parallel_default_k(wanted.strategies[0], draft_model, head_model)
-        if k is not None:
-            speculation = (speculation or SpeculationSpec()).model_copy(update={"num_draft_tokens": k})
-    return Pair(
+    pair = Pair(
         target_model,
         tokenizer,
         draft_model,
@@ -462,22 +465,16 @@ def load(
         target_name=models[0].name,
         draft_name=models[1].name if draft_model is not None else None,
         generation=spec.generation if spec else None,
-        speculation=speculation,
+        speculation=spec.speculation if spec else None,
         placement=placement,
         head=head_model,
         head_name=head.name if head is not None else None,
         compile=compile,
     )
-
-
-def _parallel_default_k(strategy: str, draft_model: Any, head: EagleHead | None) -> int | None:
-    """The k a parallel drafter was made for (PARD: its recorded K or 8; P-EAGLE: its speculators
-    speculative_tokens or 8), None for an autoregressive one."""
-    if strategy == "draft" and draft_model is not None:
-        return parallel_draft_tokens(draft_model.config)
-    if strategy == "eagle" and head is not None and head.config.parallel:
-        return head.config.extra.get("speculative_tokens") or PARALLEL_K_DEFAULT
-    return None
+    k = pair.parallel_draft_tokens
+    if draft is not None and k is not None:  # a drafter the preset did not pick brings its own k
+        pair.speculation = pair.speculation.model_copy(update={"num_draft_tokens": k})
+    return pair
 
 
 @contextmanager

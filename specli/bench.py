@@ -436,16 +436,13 @@ def summarize(measurements: list[Measurement], k: int) -> dict[str, dict[str, di
     return out
 
 
-def sweep(measurements: list[Measurement]) -> dict[str, list[dict[str, Any]]]:
-    """{strategy: one row per k, ascending} over all prompts: tok/s, speedup, draft and verify
+def sweep(overall: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The summary's "overall" -> {strategy: one row per k, ascending}: tok/s, speedup, draft and verify
     milliseconds per round (and draft time relative to the smallest k), τ, α and α per draft position.
-    Empty when the runs are not a sweep."""
-    if not any(m.num_draft_tokens is not None for m in measurements):
-        return {}
-    overall = summarize(measurements, 0)["overall"]
+    Empty when the runs are not a sweep (a sweep's variants are labelled "STRATEGY k=K")."""
     out: dict[str, list[dict[str, Any]]] = {}
-    for metrics in overall.values():
-        if metrics["strategy"] == BASELINE:
+    for label, metrics in overall.items():
+        if label == metrics["strategy"]:  # the baseline, or a run at the settings' k
             continue
         rounds = metrics["rounds"] or 1
         out.setdefault(metrics["strategy"], []).append(
@@ -510,11 +507,12 @@ def report(
     errors = identity_errors(ours) if bench.settings.greedy else []
     if hf is None and len(ours) < len(measurements):
         hf = transformers_results(measurements)
+    summary = summarize(ours, bench.settings.num_draft_tokens)
     return {
         "settings": bench.to_dict(),
         "environment": env,
-        "summary": summarize(ours, bench.settings.num_draft_tokens),
-        "sweep": sweep(ours),
+        "summary": summary,
+        "sweep": sweep(summary["overall"]),
         "errors": errors,
         "skipped": skipped or [],
         "transformers": hf,

@@ -75,9 +75,10 @@ class _Costs:
         slope = max(0.0, slope)
         return mean_t - slope * mean_n, slope
 
-    def verify_time(self, n: int) -> float:
+    def round_times(self, cap: int) -> list[float]:
+        """draft(k) + verify(k + 1) for k = 1..cap, seconds."""
         intercept, slope = self.verify_line()
-        return max(0.0, intercept + slope * n)
+        return [self.draft(k) + max(0.0, intercept + slope * (k + 1)) for k in range(1, cap + 1)]
 
 
 @dataclass
@@ -93,7 +94,7 @@ class DraftLength:
     parallel: bool = False
     _accepted: dict[str | None, list[float]] = field(default_factory=dict)  # per state: decayed counts
     _judged: dict[str | None, list[float]] = field(default_factory=dict)  # per state and position
-    _costs: _Costs | None = None
+    _costs: _Costs = field(init=False)
     _rounds: int = 0
 
     def __post_init__(self) -> None:
@@ -117,19 +118,21 @@ class DraftLength:
             (acc + prior * PRIOR_WEIGHT) / (n + PRIOR_WEIGHT) for acc, n in zip(accepted, judged, strict=True)
         ]
 
-    def expected_tokens(self, k: int, state: str | None = None) -> float:
-        """E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j."""
-        total, run = 1.0, 1.0
-        for a in self.accept_probs(state)[:k]:
+    def _expected(self, cap: int, state: str | None) -> list[float]:
+        """E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j for k = 0..cap."""
+        totals, run = [1.0], 1.0
+        for a in self.accept_probs(state)[:cap]:
             run *= a
-            total += run
-        return total
+            totals.append(totals[-1] + run)
+        return totals
+
+    def expected_tokens(self, k: int, state: str | None = None) -> float:
+        """E(k): the tokens a round drafting k is expected to commit."""
+        return self._expected(k, state)[k]
 
     def cost(self, k: int) -> float | None:
         """Estimated seconds of a round drafting k (None before any round was measured)."""
-        if not self._costs.seen:
-            return None
-        return self._costs.draft(k) + self._costs.verify_time(k + 1)
+        return self._costs.round_times(k)[-1] if self._costs.seen else None
 
     def choose(self, budget: int, state: str | None = None) -> tuple[int, str]:
         """(k, why) for a round that may commit at most `budget` tokens, the drafter being in `state`.
@@ -140,17 +143,11 @@ class DraftLength:
             return 0, "budget"
         if self.fixed:
             return cap, "fixed" if cap == self.max_k else "budget"
-        if self._rounds < WARMUP_ROUNDS or self.cost(1) is None:
+        if self._rounds < WARMUP_ROUNDS:  # each of those rounds drafted: the costs are measured
             return cap, "warm-up" if cap == self.max_k else "budget"
-        intercept, slope = self._costs.verify_line()
-        best, best_rate, expected, run = 1, -1.0, 1.0, 1.0
-        for k, a in enumerate(self.accept_probs(state)[:cap], start=1):
-            run *= a
-            expected += run
-            cost = self._costs.draft(k) + max(0.0, intercept + slope * (k + 1))
-            rate = expected / max(cost, 1e-12)
-            if rate > best_rate:
-                best, best_rate = k, rate
+        expected, times = self._expected(cap, state), self._costs.round_times(cap)
+        rates = [(expected[k] / max(times[k - 1], 1e-12), k) for k in range(1, cap + 1)]
+        best = max(rates, key=lambda rate: (rate[0], -rate[1]))[1]  # the smallest k on a tie
         return best, "budget" if best == cap < self.max_k else "cost model"
 
     def observe(

@@ -60,13 +60,10 @@ class Drafts:
             self.qs.append(q)
         return token
 
-    @property
-    def tokens(self) -> torch.Tensor:
-        """The drafted ids [k'] (long)."""
-        return torch.cat(self.ids) if self.ids else torch.empty(0, dtype=torch.long)
-
     def proposal(self, info: dict[str, Any] | None = None) -> Proposal:
-        return Proposal(self.tokens, torch.stack(self.qs) if self.qs else None, info or {}, self.cut)
+        """The drafted ids [k'] (long), their q [k', V] (None when greedy), info and why it ended."""
+        ids = torch.cat(self.ids) if self.ids else torch.empty(0, dtype=torch.long)
+        return Proposal(ids, torch.stack(self.qs) if self.qs else None, info or {}, self.cut)
 
 
 class Drafter(Protocol):

@@ -136,8 +136,9 @@ class DraftModelDrafter:
             inp = drafts.take(logits)  # [1], the next input
             if inp is None:
                 break
-        self._drafted = drafts.tokens  # [k']
-        return drafts.proposal()
+        proposal = drafts.proposal()
+        self._drafted = proposal.ids  # [k']
+        return proposal
 
     def _propose_parallel(
         self, k: int, sampling: SamplingConfig, generator: torch.Generator | None, cut: str | None
@@ -153,8 +154,9 @@ class DraftModelDrafter:
         for row in logits:
             if drafts.take(row) is None:
                 break
-        self._drafted = drafts.tokens  # [k']
-        return drafts.proposal({"parallel": True, "mask_inputs": k - 1})
+        proposal = drafts.proposal({"parallel": True, "mask_inputs": k - 1})
+        self._drafted = proposal.ids  # [k']
+        return proposal
 
     def commit(self, accepted: int, token: int) -> None:
         drafted = self._drafted[:accepted].tolist()

@@ -54,6 +54,11 @@ class EagleDrafter:
         self._true_length = 0  # head positions that came from true features
         self._info: dict[str, Any] = {}  # the last proposal's info (commit adds what the round showed)
         self._vocab = set(self._draft_ids.tolist()) if self._draft_ids is not None else None
+        self._placeholder: tuple[torch.Tensor, torch.Tensor] | None = None  # P-EAGLE: (embed, hidden) [1, H]
+        if head.config.parallel:  # the same every round: computed once
+            with torch.inference_mode():
+                mask = self._embeddings([head.config.mask_token_id])
+                self._placeholder = (mask, head.placeholders(1))
 
     @property
     def device(self) -> torch.device:
@@ -112,8 +117,9 @@ class EagleDrafter:
         embeds, hidden = self._embeddings(self._true_tokens), head.fuse(features)  # [m, H] each
         masks = k - 1 if head.config.parallel and k > 1 else 0
         if masks:  # P-EAGLE: k-1 placeholders ride along in the same forward
-            embeds = torch.cat([embeds, self._embeddings([head.config.mask_token_id] * masks)])
-            hidden = torch.cat([hidden, head.placeholders(masks)])
+            mask_embed, mask_hidden = self._placeholder
+            embeds = torch.cat([embeds, mask_embed.expand(masks, -1)])
+            hidden = torch.cat([hidden, mask_hidden.expand(masks, -1)])
         positions = torch.arange(start, start + m + masks, device=self.device)
         states = head.step(embeds, hidden, positions, self._cache)  # [m + masks, H]
         self._true_features, self._true_tokens = [], []
@@ -146,11 +152,12 @@ class EagleDrafter:
         return self._proposal(drafts)
 
     def _proposal(self, drafts: Drafts) -> Proposal:
-        self._drafted = drafts.tokens.tolist()
         self._info.update(
             target_layers=list(self.feature_layers), draft_vocab=self.head.config.draft_vocab_size
         )
-        return drafts.proposal(self._info)
+        proposal = drafts.proposal(self._info)
+        self._drafted = proposal.ids.tolist()
+        return proposal
 
     def commit(self, accepted: int, token: int) -> None:
         if self._vocab is not None and self._info:  # could the head have drafted the target's token?
