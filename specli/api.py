@@ -193,6 +193,7 @@ class Pair:
             )
         if self.compile:
             check_compile_strategy(settings.strategy)
+        self._check_draft_length(settings)
         layers = self.num_layers
         if settings.exit_layer is None and layers is not None:
             settings = settings.replace(exit_layer=default_exit_layer(layers))
@@ -206,6 +207,22 @@ class Pair:
                     f"Pick --exit-layer between 1 and {layers - 1}.",
                 )
         return settings
+
+    def _check_draft_length(self, settings: Settings) -> None:
+        """UsageError when k cannot fit a model's context: a round verifies the last token + k drafts after
+        at least one prompt token, so k <= context - 2 (the engine caps each round by what is left)."""
+        if settings.strategy == "none":
+            return
+        limits = [(self.max_positions, self.target_name)]
+        if settings.strategy == "draft":
+            limits.append((self.draft_max_positions, self.draft_name))
+        for limit, name in limits:
+            if limit is not None and settings.num_draft_tokens > limit - 2:
+                raise UsageError(
+                    f"num-draft-tokens {settings.num_draft_tokens} does not fit the context of "
+                    f"'{name}' ({limit} tokens).",
+                    f"Pick -k {max(1, limit - 2)} or less.",
+                )
 
     def _resolve(self, settings: Settings | None, overrides: dict[str, Any]) -> Settings:
         """`settings` (default: the pair's own) with `overrides` (None = unset), checked for this pair."""

@@ -179,6 +179,17 @@ def read_prompts(path: Path) -> list[BenchPrompt]:
     return prompts
 
 
+def check_packaged_categories(categories: Sequence[str]) -> None:
+    """UsageError naming each packaged set's categories when a category is in none of them (before a
+    model loads: which set a bench runs is chosen by the model, chat or code)."""
+    by_set = {name: list(dict.fromkeys(p.category for p in read_prompts(set_path(name)))) for name in SETS}
+    known = {c for names in by_set.values() for c in names}
+    for c in categories:
+        if c not in known:
+            listed = "; ".join(f"{name}: {', '.join(names)}" for name, names in by_set.items())
+            raise UsageError(f"no prompts in category '{c}'.", f"Categories of the packaged sets: {listed}.")
+
+
 def select_prompts(
     prompts: list[BenchPrompt], categories: Sequence[str] = (), limit: int | None = None
 ) -> list[BenchPrompt]:

@@ -66,10 +66,16 @@ class ModelSpec(_Spec):
         return value
 
 
+# The most tokens a round may draft. Every k up to it costs a verify of k + 1 positions (and, with
+# --compile, a compiled shape); model drafters gain little past 8-16, lookup's copies a little more.
+MAX_DRAFT_TOKENS = 64
+
+
 class SpeculationSpec(_Spec):
     """How the drafter proposes tokens."""
 
-    num_draft_tokens: int = Field(4, ge=1)  # the most a round drafts (each round's k is chosen up to it)
+    # the most a round drafts (each round's k is chosen up to it)
+    num_draft_tokens: int = Field(4, ge=1, le=MAX_DRAFT_TOKENS)
     fixed_k: bool = False  # draft num_draft_tokens every round (no per-round choice)
     draft_p_min: float = Field(0.0, ge=0, le=1)  # stop a draft at a token the drafter gives less than this
     ngram_min: int = Field(1, ge=1)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, get_args
 from pydantic import ValidationError
 
 from specli.errors import UsageError
-from specli.presets import GenerationSpec, Preset, SpeculationSpec
+from specli.presets import MAX_DRAFT_TOKENS, GenerationSpec, Preset, SpeculationSpec
 
 if TYPE_CHECKING:
     from specli.sampling import SamplingConfig
@@ -36,7 +36,7 @@ _RANGE_MESSAGES: dict[str, Callable[[Any], str]] = {
     "temperature": lambda v: f"temperature must be a number >= 0 (got {v}); 0 is greedy decoding.",
     "top_k": lambda v: f"top-k must be >= 0 (got {v}); 0 turns it off.",
     "top_p": lambda v: f"top-p must be in (0, 1] (got {v}); 1 turns it off.",
-    "num_draft_tokens": lambda v: f"num-draft-tokens must be at least 1 (got {v}).",
+    "num_draft_tokens": lambda v: f"num-draft-tokens must be between 1 and {MAX_DRAFT_TOKENS} (got {v}).",
     "ngram_min": lambda v: f"ngram-min must be at least 1 (got {v}).",
     "ngram_max": lambda v: f"ngram-max must be at least 1 (got {v}).",
     "exit_layer": lambda v: f"exit-layer must be at least 1 (got {v}).",

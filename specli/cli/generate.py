@@ -1,0 +1,180 @@
+"""`specli generate PROMPT`: the target's output, faster, shown live, streamed plain, or as JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import nullcontext
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from specli.cli.app import Command, app
+from specli.cli.common import stderr_console, user_errors
+from specli.cli.options import (
+    VIEWS,
+    AllowPickleOpt,
+    ChatOpt,
+    CompileOpt,
+    DebugOpt,
+    DeviceOpt,
+    DraftOpt,
+    DraftPMinOpt,
+    DraftTokensOpt,
+    DtypeOpt,
+    ExitLayerOpt,
+    FixedKOpt,
+    GenerationOptions,
+    JsonOpt,
+    MaxNewOpt,
+    ModelOptions,
+    NgramMaxOpt,
+    NgramMinOpt,
+    NoColorOpt,
+    PresetOpt,
+    QuantOpt,
+    SaveOpt,
+    SeedOpt,
+    StopOpt,
+    StrategyOpt,
+    TargetOpt,
+    TemperatureOpt,
+    ThreadsOpt,
+    TopKOpt,
+    TopPOpt,
+    TrustOpt,
+    check_save,
+)
+from specli.cli.run import prepare_rounds, save_view
+from specli.errors import UsageError
+from specli.events import Stats
+from specli.render.live import LiveView, TokenView
+from specli.render.plain import PlainWriter, summary_line
+from specli.threads import AUTO
+
+
+@app.command(
+    cls=Command,
+    epilog="Examples:\n\n"
+    "  specli generate 'def fibonacci(n):'            # the embedded tiny pair, offline\n\n"
+    "  specli generate 'def fibonacci(n):' --strategy self --exit-layer 3\n\n"
+    "  specli generate 'def fibonacci(n):' --target ./target --draft ./drafter\n\n"
+    "  specli generate 'Explain KV caches' --preset llama-8b-1b --max-new-tokens 200\n\n"
+    "  echo 'Once upon a time' | specli generate - --preset qwen2.5-7b-0.5b \\\n"
+    "      --temperature 0.7 --seed 1 --json",
+)
+def generate(
+    prompt: Annotated[str, typer.Argument(help="The prompt text; '-' reads it from stdin.")],
+    preset: PresetOpt = None,
+    target: TargetOpt = None,
+    draft: DraftOpt = None,
+    strategy: StrategyOpt = None,
+    exit_layer: ExitLayerOpt = None,
+    ngram_min: NgramMinOpt = None,
+    ngram_max: NgramMaxOpt = None,
+    fixed_k: FixedKOpt = False,
+    draft_p_min: DraftPMinOpt = None,
+    num_draft_tokens: DraftTokensOpt = None,
+    max_new_tokens: MaxNewOpt = None,
+    temperature: TemperatureOpt = None,
+    top_k: TopKOpt = None,
+    top_p: TopPOpt = None,
+    seed: SeedOpt = None,
+    stop: StopOpt = None,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = None,
+    quant: QuantOpt = None,
+    chat: ChatOpt = None,
+    allow_pickle: AllowPickleOpt = False,
+    trust_remote_code: TrustOpt = False,
+    view: Annotated[
+        str | None,
+        typer.Option(
+            help="live (coloured tokens, the default in a terminal), plain (streamed text; the default "
+            "when piped) or none (the text at the end)."
+        ),
+    ] = None,
+    no_color: NoColorOpt = False,
+    save: SaveOpt = None,
+    as_json: JsonOpt = False,
+    threads: ThreadsOpt = AUTO,
+    compile: CompileOpt = False,
+    debug: DebugOpt = False,
+) -> None:
+    """Generate text with speculative decoding; output is exactly the target's own."""
+    models = ModelOptions(
+        preset=preset, target=target, draft=draft, strategy=strategy, device=device, dtype=dtype,
+        quant=quant, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, threads=threads,
+        compile=compile,
+    )  # fmt: skip
+    options = GenerationOptions(
+        max_new_tokens=max_new_tokens, num_draft_tokens=num_draft_tokens, temperature=temperature,
+        top_k=top_k, top_p=top_p, seed=seed, stop=stop, chat=chat, exit_layer=exit_layer,
+        ngram_min=ngram_min, ngram_max=ngram_max, fixed_k=fixed_k or None,
+        draft_p_min=draft_p_min,
+    )  # fmt: skip
+    with user_errors(debug):
+        if view is not None and view not in VIEWS:
+            raise UsageError(f"unknown view '{view}'.", f"Use one of: {', '.join(VIEWS)}.")
+        check_save(save)
+        pair, settings, ids, text, rounds = prepare_rounds(prompt, models, options, no_color=no_color)
+        from specli.api import Result
+
+        k = settings.num_draft_tokens
+        stdout = Console(highlight=False, no_color=no_color or None, soft_wrap=True)
+        mode = "json" if as_json else view or ("live" if stdout.is_terminal else "plain")
+        token_view = TokenView(pair.tokenizer, settings.strategy, k, prompt=text)
+        live = LiveView(token_view, stdout) if mode == "live" else None
+        writer = PlainWriter(sys.stdout) if mode == "plain" else None
+        collected: list[Any] = []
+        interrupted = False
+        with live if live is not None else nullcontext():
+            try:
+                for r in rounds:
+                    collected.append(r)
+                    if live is not None:
+                        live.round(r)
+                    elif writer is not None:
+                        writer.round(r)
+            except KeyboardInterrupt:
+                interrupted = token_view.interrupted = True  # the final frame says so
+        stats = Stats()
+        for r in collected:
+            stats.observe(r)
+        tokens = [t for r in collected for t in r.committed]
+        if mode == "json":
+            result = Result(pair.decode(tokens), tokens, ids, stats, collected).to_dict()
+            result["stats"].update(
+                strategy=settings.strategy,
+                num_draft_tokens=k,
+                fixed_k=settings.fixed_k,
+                draft_p_min=settings.draft_p_min,
+                mean_k=stats.drafted / stats.rounds if stats.rounds else 0.0,
+                interrupted=interrupted,
+            )
+            from specli.notes import generation_notes
+
+            result["stats"]["notes"] = generation_notes(pair, settings, len(ids), models.strategy)
+            if interrupted:
+                result["stats"]["stop_reason"] = "interrupted"
+            typer.echo(json.dumps(result, ensure_ascii=False))
+        elif mode != "live":
+            if writer is None:  # --view none: the text at the end
+                sys.stdout.write(pair.decode(tokens))
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+        if interrupted and mode != "json":
+            stderr_console().print("interrupted: showing what was generated so far", markup=False)
+        if mode in ("plain", "none"):
+            stderr_console().print(
+                summary_line(stats, settings.strategy, k, settings.exit_layer), markup=False
+            )
+        if save:
+            if live is None:  # the live view built it as it went; otherwise replay the rounds
+                for r in collected:
+                    token_view.add(r)
+                token_view.finish()
+            save_view(token_view.renderable(), save, max(stdout.width, 80), "specli generate")
+        if interrupted:
+            raise typer.Exit(130)

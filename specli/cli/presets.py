@@ -1,0 +1,105 @@
+"""`specli presets list` and `specli presets show NAME`."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from specli.cli.app import Command, presets_app
+from specli.cli.common import user_errors
+from specli.cli.options import DebugOpt, JsonOpt
+from specli.errors import SpecliError
+from specli.memory import PLAN_CONTEXT, human, preset_estimate
+from specli.presets import available_presets, load_preset_file, preset_to_dict, resolve_preset
+
+
+def _preset_row(name: str, path: Any) -> list[str]:
+
+    try:
+        p = load_preset_file(path)
+    except SpecliError as e:
+        return [name, "[red]invalid[/]", escape(str(e).splitlines()[0]), "", "", ""]
+
+    return [
+        name,
+        p.strategy,
+        p.target.model,
+        _drafter_label(p),
+        p.target.quantization,
+        human(preset_estimate(p)),
+    ]
+
+
+def _drafter_label(p: Any) -> str:
+    if p.strategy == "lookup":
+        return f"n-grams {p.speculation.ngram_max}..{p.speculation.ngram_min}"
+    if p.strategy == "self":
+        return f"exit layer {p.speculation.exit_layer}" if p.speculation.exit_layer else "early exit"
+    return p.draft.model if p.draft else ""
+
+
+def _preset_json(preset: Any) -> dict[str, Any]:
+    """preset_to_dict plus the memory estimate (bytes, or None when a model's architecture is unknown)."""
+
+    data = preset_to_dict(preset)
+    data["estimated_memory_bytes"] = preset_estimate(preset, PLAN_CONTEXT)
+    data["estimated_memory_context"] = PLAN_CONTEXT
+    return data
+
+
+def _memory_line(preset: Any) -> str:
+
+    total = preset_estimate(preset, PLAN_CONTEXT)
+    if total is None:
+        return "estimated memory: unknown until the model's config is available (local folder or cache)"
+    return f"estimated memory: {human(total)} (weights, KV cache for {PLAN_CONTEXT} tokens, 10% workspace)"
+
+
+@presets_app.command("list", cls=Command)
+def presets_list(as_json: JsonOpt = False, debug: DebugOpt = False) -> None:
+    """List the presets: built-in ones and yours ($SPECLI_PRESETS, ~/.config/specli/presets)."""
+
+    with user_errors(debug):
+        found = available_presets()
+        if as_json:
+            out = []
+            for name, path in found.items():
+                try:
+                    out.append(_preset_json(load_preset_file(path)))
+                except SpecliError as e:
+                    out.append({"name": name, "source": str(path), "error": str(e)})
+            typer.echo(json.dumps(out, indent=2))
+            return
+        table = Table("name", "strategy", "target", "drafter", "quant", "memory", title="specli presets")
+        for column in table.columns:
+            column.overflow = "fold"
+        table.columns[0].no_wrap = True
+        for name, path in found.items():
+            table.add_row(*_preset_row(name, path))
+        out = Console()
+        (out if out.is_terminal else Console(width=150)).print(table)
+
+
+@presets_app.command("show", cls=Command)
+def presets_show(
+    name: Annotated[str, typer.Argument(help="Preset name or YAML path.")],
+    as_json: JsonOpt = False,
+    debug: DebugOpt = False,
+) -> None:
+    """Show one preset in full."""
+
+    with user_errors(debug):
+        preset = resolve_preset(name)
+        data = _preset_json(preset)
+        if as_json:
+            typer.echo(json.dumps(data, indent=2))
+        else:
+            data = preset_to_dict(preset)
+            typer.echo(yaml.safe_dump(data, sort_keys=False, allow_unicode=True).rstrip())
+            typer.echo(f"# {_memory_line(preset)}")

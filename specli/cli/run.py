@@ -1,0 +1,114 @@
+"""Loading a pair for a command and starting its rounds: resolve the preset and the settings before
+anything loads (so a typo fails at once), load with a spinner, say once what the run will not show."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+
+from specli.cli.common import quiet_transformers, stderr_console
+from specli.cli.options import GenerationOptions, ModelOptions
+from specli.prompt_input import read_prompt
+from specli.render.progress import loading_progress
+from specli.settings import Settings, resolve_settings
+from specli.threads import parse_threads
+
+if TYPE_CHECKING:
+    from specli.api import Pair
+
+# torch and transformers load only inside the commands that run a model (specli.api, specli.bench and
+# transformers' logging are imported there), never at import: `specli --version`, `--help` and
+# `presets list` stay fast. tests/test_settings.py fails if one of them imports torch.
+
+
+def greedy_note(options: GenerationOptions, settings: Settings) -> None:
+    """One line when sampling options were given but decoding is greedy (they would do nothing)."""
+    given = [name for name in ("top_k", "top_p", "seed") if getattr(options, name) is not None]
+    if settings.greedy and given:
+        names = ", ".join("--" + name.replace("_", "-") for name in given)
+        stderr_console().print(
+            f"note: {names} {'affects' if len(given) == 1 else 'affect'} sampling only; decoding is greedy "
+            "(temperature 0). "
+            "Add --temperature T (> 0) to sample.",
+            markup=False,
+        )
+
+
+def load_pair(
+    models: ModelOptions,
+    options: GenerationOptions,
+    note_greedy: bool = True,
+    no_color: bool = False,
+    announce: str | None = None,
+) -> tuple[Pair, Settings]:
+    """Resolve the preset and the settings first (a typo fails before any model loads), load with a
+    spinner, then the settings again as the loaded pair completes them (exit layer, drafter)."""
+    threads = parse_threads(models.threads)
+    options.check_text()
+    from specli.api import check_model_options, load, preset_for
+
+    strategies = [s for s in (models.strategy, *models.also) if s]
+    preset = preset_for(models.preset, target=models.target, draft=models.draft, strategy=strategies or None)
+    resolved = resolve_settings(preset, strategy=models.strategy, **options.overrides())
+    if note_greedy:
+        greedy_note(options, resolved)
+    check_model_options(device=models.device, dtype=models.dtype, quant=models.quant)
+    quiet_transformers()
+    with loading_progress(stderr_console(no_color), announce=announce) as download_bars:
+        pair = load(
+            preset,
+            target=models.target,
+            draft=models.draft,
+            strategy=(models.strategy, *models.also) if models.also else models.strategy,
+            device=models.device,
+            dtype=models.dtype,
+            quant=models.quant,
+            allow_pickle=models.allow_pickle,
+            trust_remote_code=models.trust_remote_code,
+            download_bars=download_bars,
+            threads=threads,
+            compile=models.compile,
+        )
+    if models.compile and pair.target.device.type != "cuda":
+        stderr_console().print(
+            "note: --compile without CUDA has no CUDA graphs: it compiles (slow first calls), rarely faster.",
+            markup=False,
+        )
+    if pair.placement is not None:
+        stderr_console().print(f"note: {pair.placement.describe()}", markup=False)
+    if getattr(pair.target_model, "is_quantized", False) and pair.target.device.type == "cpu":
+        stderr_console().print(
+            "note: bitsandbytes quantization on CPU works but is slow: it saves memory, not time.",
+            markup=False,
+        )
+    return pair, pair.settings(**options.overrides())
+
+
+def prepare_rounds(
+    prompt: str, models: ModelOptions, options: GenerationOptions, record_top: int = 0, no_color: bool = False
+) -> tuple[Pair, Settings, list[int], str, Iterator[Any]]:
+    """Read the prompt, load the pair and its settings, say once what the run will not show (notes),
+    start the rounds."""
+    text = read_prompt(prompt)
+    pair, settings = load_pair(models, options, no_color=no_color)
+    ids = pair.prompt_ids(text, chat=settings.chat)
+    from specli.notes import generation_notes  # imports torch: only once a command runs a model
+
+    for note in generation_notes(pair, settings, len(ids), models.strategy):
+        stderr_console().print(f"note: {note}", markup=False)
+    return pair, settings, ids, text, pair.stream(prompt_ids=ids, settings=settings, record_top=record_top)
+
+
+def save_view(renderable: Any, path: str, width: int, title: str) -> None:
+    """Render into a recording console and write SVG or HTML (by extension)."""
+    console = Console(
+        record=True, file=io.StringIO(), width=width, force_terminal=True, color_system="truecolor"
+    )
+    console.print(renderable)
+    if path.lower().endswith(".svg"):
+        console.save_svg(path, title=title)
+    else:
+        console.save_html(path)
