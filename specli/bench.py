@@ -78,6 +78,7 @@ class BenchSettings:
         return {
             "max_new_tokens": s.max_new_tokens,
             "num_draft_tokens": s.num_draft_tokens,
+            "fixed_k": s.fixed_k,
             "temperature": s.temperature,
             "top_k": s.top_k,
             "top_p": s.top_p,

@@ -46,7 +46,8 @@ class Round:
     token / kind: the correction (accepted < k) or bonus (accepted == k) the target added.
     committed: the tokens this round appended to the output (accepted drafts + token), cut at a stop.
     stop: why generation ended after this round, or None.
-    info: strategy-specific facts for views (e.g. which n-gram matched); JSON-able.
+    info: strategy-specific facts for views (e.g. which n-gram matched); JSON-able. A draft cut at
+        draft_p_min adds cut_token, cut_prob (its probability, below the threshold) and p_min.
     token_source: the top (id, probability) entries of the distribution `token` came from: the residual
         normalize(max(0, p - q)) after a rejection, p after a fully accepted draft (greedy: the target's
         softmax at that position). Filled only when the engine is asked to (EngineConfig.record_top).

@@ -3,6 +3,7 @@ of a real run on tiny random pairs."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from pathlib import Path
@@ -27,7 +28,7 @@ STRATEGY_KEYS = {
 }  # fmt: skip
 SETTINGS_KEYS = {
     "max_new_tokens", "num_draft_tokens", "temperature", "seed", "repeats", "warmup", "top_k", "top_p",
-    "exit_layer", "ngram_min", "ngram_max", "sweep_k",
+    "exit_layer", "ngram_min", "ngram_max", "sweep_k", "fixed_k",
 }  # fmt: skip
 RUN_KEYS = {
     "prompt_id", "category", "strategy", "repeat", "tokens", "rounds", "drafted", "accepted", "rejections",
@@ -373,3 +374,65 @@ def test_sweep_runs_every_strategy_at_each_k(tiny_pair, tmp_path):
     assert "draft across k" in result.stdout and "α by position" in result.stdout
     both = CliRunner().invoke(app, ["bench", "--sweep-k", "2-4", "-k", "3"])
     assert both.exit_code == 2 and "not both" in both.output
+
+
+# --------------------------------------------------------------------------- the printed tables
+
+
+def swept(strategy, k, judged, accepted, rounds=10):
+    """A run of a k sweep whose positions were judged and kept as given (one draft judged per round at
+    position 1; a later position only after the ones before it were kept)."""
+    stats = Stats(
+        rounds=rounds, drafted=k * rounds, accepted=sum(accepted), rejections=rounds - accepted[-1],
+        tokens=rounds + sum(accepted), verify_time=1.0, position_drafted=[rounds] * k,
+        position_accepted=accepted, position_judged=judged,
+    )  # fmt: skip
+    return b.Measurement("1", "c", strategy, 0, 1.0, stats, [1] * 10, num_draft_tokens=k)
+
+
+def printed(report, width=240) -> str:
+    from rich.console import Console
+
+    from specli.render.bench import bench_view
+
+    console = Console(record=True, file=io.StringIO(), width=width)
+    console.print(bench_view(report))
+    return console.export_text()
+
+
+ENV = {"device": "cpu", "dtype": "float32", "quantization": "none", "threads": 1}
+
+
+def test_sweep_prints_a_dash_for_draft_positions_never_judged():
+    """Bug: `bench --sweep-k` printed 0.00 as α of a draft position no round ever judged (every round
+    was refused earlier): a rate of nothing. Those positions now show "–"; a judged position refused
+    every time still shows 0.00."""
+    settings = resolve_settings(num_draft_tokens=3)
+    runs = [
+        b.Measurement("1", "c", "none", 0, 1.0, Stats(rounds=10, tokens=10, verify_time=1.0), [1] * 10),
+        swept("draft", 1, judged=[10], accepted=[4]),
+        swept("draft", 3, judged=[10, 0, 0], accepted=[0, 0, 0]),  # position 1 always refused
+    ]
+    text = printed(b.report(runs, b.BenchSettings(settings, ks=(1, 3)), ENV, None))
+    cells = [line.split("│") for line in text.split("draft across k")[1].splitlines() if line.startswith("│")]
+    by_position = {row[1].strip(): row[-2].strip() for row in cells}  # k -> its "α by position" cell
+    assert by_position == {"1": "0.40", "3": "0.00 – –"}, text
+
+
+@pytest.mark.parametrize(
+    ("fixed", "ks", "words"),
+    [
+        (True, (), "fixed k=4 ·"),
+        (False, (), "k ≤ 4, chosen per round ·"),
+        (False, (2, 4), "k=2,4 (sweep, fixed"),
+    ],
+)
+def test_bench_footer_says_how_k_was_chosen(fixed, ks, words):
+    """Bug: with --fixed-k the footer said "k=4", the same as when each round chose its k up to 4."""
+    settings = resolve_settings(num_draft_tokens=4, fixed_k=fixed)
+    runs = [b.Measurement("1", "c", "none", 0, 1.0, Stats(rounds=10, tokens=10, verify_time=1.0), [1] * 10)]
+    report = b.report(runs, b.BenchSettings(settings, ks=ks), ENV, None)
+    assert report["settings"]["fixed_k"] is fixed
+    footer = printed(report)
+    assert words in footer, footer
+    assert ("fixed k=4" in footer) is fixed

@@ -157,9 +157,9 @@ def test_explain_panels_show_the_round_numbers(pair, temperature):
         for i, token in enumerate(r.drafted):
             assert token_label(pair.tokenizer, token) in text
             if temperature:
-                assert prob(r.draft_probs[i]) in text and prob(r.target_probs[i]) in text
-                assert prob(r.accept_probs[i]) in text
-                if i <= r.accepted:
+                assert prob(r.draft_probs[i]) in text
+                if i <= r.accepted:  # the target judged it (the cells after a rejection stay empty)
+                    assert prob(r.target_probs[i]) in text and prob(r.accept_probs[i]) in text
                     assert prob(r.uniforms[i]) in text
         assert r.token_source and r.token_source[0][1] >= r.token_source[-1][1]
         assert prob(r.token_source[0][1]) in text
@@ -176,7 +176,9 @@ def test_explain_panels_show_the_round_numbers(pair, temperature):
     assert f"accepted / drafted = {s.accepted}/{s.drafted} = {s.acceptance_rate:.3f}" in summary
     judged = s.accepted + s.rejections
     assert f"α = accepted / (accepted + rejections) = {s.accepted}/{judged} = {s.accept_prob:.3f}" in summary
-    assert f"(1 − α) = {expected_acceptance_length(s.accept_prob, 3):.2f} tokens per round" in summary
+    ks = [len(r.drafted) for r in rounds]  # each round's own k
+    expected = sum(expected_acceptance_length(s.accept_prob, k) for k in ks) / len(ks)
+    assert f"= {expected:.2f} tokens per round" in summary
     assert f"observed {explained.stats.mean_acceptance_length:.2f}" in summary
 
 
@@ -602,3 +604,131 @@ def test_live_view_and_its_save_show_the_prompt_dimmed_above_the_output(tmp_path
     view = TokenView(build_tokenizer(), "draft", 4, prompt=PROMPT)
     frame = recorded(view.renderable()).export_text(styles=True)
     assert frame.startswith("\x1b[2mdef fibonacci(n):")  # dim, first
+
+
+# ------------------------------------------------------------------ explain: what was checked, E, cuts
+
+
+def made_round(drafted, accepted, token, *, greedy=True, index=0, info=None, **fields) -> Round:
+    """A round as the engine would record it: committed = accepted drafts + token; greedy rounds carry
+    the target argmax at k+1 positions, sampling rounds q, p, min(1, p/q) at k and u at the judged ones."""
+    k = len(drafted)
+    values = dict(
+        index=index, drafted=drafted, draft_probs=[1.0] * k, target_probs=[] if greedy else [0.5] * k,
+        target_argmax=list(drafted) + [token] if greedy else [], accept_probs=[1.0] * k,
+        uniforms=[] if greedy else [0.5] * min(k, accepted + 1), accepted=accepted, token=token,
+        kind=TokenKind.BONUS if accepted == k else TokenKind.CORRECTION,
+        committed=list(drafted[:accepted]) + [token], draft_time=0, verify_time=0, elapsed=0.1,
+        info=info or {},
+    )  # fmt: skip
+    return Round(**{**values, **fields})
+
+
+def distinct_tokens(tokenizer, n: int) -> list[int]:
+    """n token ids whose quoted labels all differ."""
+    ids, labels = [], set()
+    for token in range(260, len(tokenizer)):
+        label = token_label(tokenizer, token)
+        if label not in labels:
+            ids.append(token)
+            labels.add(label)
+        if len(ids) == n:
+            return ids
+    raise AssertionError("too few distinct tokens")
+
+
+def row_of(text: str, mark: str, n: int) -> list[str]:
+    """The draft table's lines that carry `mark` ("not checked", "rejected"), expecting n of them."""
+    lines = [line for line in text.splitlines() if mark in line]
+    assert len(lines) == n, text
+    return lines
+
+
+def test_explain_leaves_the_targets_cells_empty_after_a_rejection(tokenizer):
+    """Bug: rows after the rejection said "not checked" yet showed the target's argmax (greedy) or p(x)
+    and min(1, p/q) (sampling), as if the target had judged them. Those cells are now empty; the
+    rejected row keeps its numbers and the drafter's q stays (the drafter did compute it)."""
+    a, b, c, x, y, z, w = distinct_tokens(tokenizer, 7)
+    greedy = made_round([a, b, c], 0, x, target_argmax=[x, y, z, w])
+    text = recorded(ExplainView(tokenizer, "draft", 3, greedy=True).panel(greedy), width=160).export_text()
+    assert token_label(tokenizer, x) in row_of(text, "✗ rejected", 1)[0]
+    for line, argmax in zip(row_of(text, "not checked", 2), (y, z), strict=True):
+        assert token_label(tokenizer, argmax) not in line, line
+
+    sampled = made_round(
+        [a, b, c], 1, x, greedy=False, draft_probs=[0.111, 0.222, 0.333], target_probs=[0.444, 0.055, 0.777],
+        accept_probs=[1.0, 0.248, 0.888], uniforms=[0.123, 0.321],
+    )  # fmt: skip
+    view = ExplainView(tokenizer, "draft", 3, greedy=False)
+    text = recorded(view.panel(sampled), width=160).export_text()
+    assert all(v in row_of(text, "✗ rejected", 1)[0] for v in ("0.222", "0.055", "0.248", "0.321"))
+    unchecked = row_of(text, "not checked", 1)[0]
+    assert "0.333" in unchecked  # q
+    assert "0.777" not in unchecked and "0.888" not in unchecked, unchecked
+
+
+def test_explain_summary_takes_E_at_each_rounds_own_k(tokenizer):
+    """Bug: the summary compared E(α, 4), the maximum k, with τ although rounds drafted 4, 1, 1 and 0.
+    E is now the mean over rounds of E(α, k) at each round's drafted k, and the text says so."""
+    a, b, c, d, x = distinct_tokens(tokenizer, 5)
+    rounds = [
+        made_round([a, b, c, d], 4, x, index=0),  # bonus
+        made_round([a], 0, x, index=1),  # correction
+        made_round([a], 1, x, index=2),  # bonus
+        made_round([], 0, x, index=3),  # a plain target step
+    ]
+    view = ExplainView(tokenizer, "draft", 4, greedy=True)
+    for r in rounds:
+        view.panel(r)
+    summary = recorded(view.summary(), width=240).export_text()
+    alpha = 5 / 6  # accepted 5, one rejection
+    assert view.stats.accept_prob == pytest.approx(alpha)
+    mean_e = sum(expected_acceptance_length(alpha, k) for k in (4, 1, 1, 0)) / 4
+    assert f"= {mean_e:.2f} tokens per round" in summary, summary
+    assert "each round's own k" in summary and "mean 1.50, 0–4" in summary
+    assert f"{expected_acceptance_length(alpha, 4):.2f}" not in summary
+    assert f"observed {9 / 4:.2f}" in summary
+
+    fixed = ExplainView(tokenizer, "draft", 4, greedy=True)  # every round at one k: that k, said so
+    fixed.panel(rounds[0])
+    fixed.panel(made_round([a, b, c, d], 1, x, index=1))
+    summary = recorded(fixed.summary(), width=240).export_text()
+    alpha = 5 / 6
+    assert f"{expected_acceptance_length(alpha, 4):.2f} tokens per round at k = 4 (every round)" in summary
+
+
+def test_explain_names_the_token_a_threshold_cut_and_its_probability(pair):
+    """Bug: with --draft-p-min, a round that drafted nothing said "(a bonus)" and not why. The round now
+    records the drafter's likeliest token where the draft was cut and its probability (checked here
+    against the drafter model itself), and the panel shows both against the threshold; a round that
+    drafted nothing is called a plain target step. Cuts after some drafts say where the draft stopped."""
+    p_min = 0.3
+    context = pair.encode(PROMPT)
+    rounds = list(
+        pair.stream(
+            prompt_ids=context, max_new_tokens=30, num_draft_tokens=3, draft_p_min=p_min, record_top=3
+        )
+    )
+    view = ExplainView(pair.tokenizer, "draft", 3, greedy=True, top=3)
+    seen = set()
+    for r in rounds:
+        text = recorded(view.panel(r), width=200).export_text()
+        if r.draft_reason != "threshold":
+            assert "cut_token" not in r.info and "draft-p-min" not in text
+            context = context + r.committed
+            continue
+        prefix = torch.tensor([context + r.drafted])
+        with torch.no_grad():
+            top, token = pair.draft_model(prefix).logits[0, -1].float().softmax(-1).max(-1)
+        assert r.info["cut_token"] == int(token) and r.info["cut_prob"] == pytest.approx(float(top), abs=1e-4)
+        assert r.info["p_min"] == p_min and r.info["cut_prob"] < p_min
+        label, q = token_label(pair.tokenizer, int(token)), prob(r.info["cut_prob"])
+        below = f"{label} has probability {q} < --draft-p-min 0.300"
+        assert below in text, text
+        if r.drafted:
+            assert f"The draft stopped before position {len(r.drafted) + 1}" in text
+        else:
+            assert "drafted nothing" in text and "plain target step" in text and "bonus" not in text, text
+        seen.add(bool(r.drafted))
+        context = context + r.committed
+    assert seen == {True, False}

@@ -23,7 +23,9 @@ class Proposal:
     """ids [k] (long, any device); q [k, V_target] the distributions they were drawn from, or None for
     a deterministic proposal (q is one-hot at each id). k may be smaller than asked, even 0; `cut` then
     says why ("threshold": the drafter's confidence fell below draft_p_min; "match": a lookup match
-    ended; "context": the drafter's context is full)."""
+    ended; "context": the drafter's context is full). A "threshold" cut also puts into info the token
+    the drafter was most sure of there (`cut_token`), its probability (`cut_prob`: the softmax at
+    temperature 1, which the threshold is compared with) and the threshold (`p_min`)."""
 
     ids: torch.Tensor
     q: torch.Tensor | None = None
@@ -40,7 +42,7 @@ class Proposal:
 class Drafts:
     """A proposal built one draft at a time by a model drafter: `take(logits)` draws the next token (and
     keeps the q it was drawn from), or ends the draft when the drafter's top probability is below p_min
-    (cut = "threshold")."""
+    (cut = "threshold", and `cut_info` says which token fell short, by how much)."""
 
     sampling: SamplingConfig
     generator: torch.Generator | None
@@ -48,11 +50,14 @@ class Drafts:
     cut: str | None = None
     ids: list[torch.Tensor] = field(default_factory=list)
     qs: list[torch.Tensor] = field(default_factory=list)
+    cut_info: dict[str, Any] = field(default_factory=dict)
 
     def take(self, logits: torch.Tensor) -> torch.Tensor | None:
         """logits [V_target] -> the drafted token [1], or None when the draft ends here."""
         if not confident(logits, self.p_min):
+            top, token = torch.softmax(logits.float(), -1).max(-1)  # what `confident` compared with p_min
             self.cut = "threshold"
+            self.cut_info = {"cut_token": int(token), "cut_prob": float(top), "p_min": self.p_min}
             return None
         token, q = choose(logits, self.sampling, self.generator)  # [1], [V] | None
         self.ids.append(token)
@@ -61,9 +66,12 @@ class Drafts:
         return token
 
     def proposal(self, info: dict[str, Any] | None = None) -> Proposal:
-        """The drafted ids [k'] (long), their q [k', V] (None when greedy), info and why it ended."""
+        """The drafted ids [k'] (long), their q [k', V] (None when greedy), info (the dict given, updated
+        in place with `cut_info`) and why it ended."""
         ids = torch.cat(self.ids) if self.ids else torch.empty(0, dtype=torch.long)
-        return Proposal(ids, torch.stack(self.qs) if self.qs else None, info or {}, self.cut)
+        info = {} if info is None else info
+        info.update(self.cut_info)
+        return Proposal(ids, torch.stack(self.qs) if self.qs else None, info, self.cut)
 
 
 class Drafter(Protocol):

@@ -60,8 +60,28 @@ def category_table(category: str, metrics: dict[str, dict[str, Any]]) -> Table:
     return table
 
 
-def sweep_table(strategy: str, rows: list[dict[str, Any]]) -> Table:
-    """One strategy across k: speed, what a round's drafting costs as k grows, and acceptance by depth."""
+def judged_by_position(runs: list[dict[str, Any]], strategy: str, k: int) -> list[int] | None:
+    """How many rounds judged each draft position, over the report's runs of `strategy` at k (None when
+    the runs do not say: a report older than the counts)."""
+    mine = [r for r in runs if r["strategy"] == strategy and r["num_draft_tokens"] == k]
+    if not mine or any("position_judged" not in r for r in mine):
+        return None
+    rows = [r["position_judged"] for r in mine]
+    width = max(len(row) for row in rows)
+    return [sum(row[i] for row in rows if i < len(row)) for i in range(width)]
+
+
+def _by_position(rates: list[float], judged: list[int] | None) -> str:
+    """α per draft position, "–" where no round judged the position (a rate of nothing, not 0); every
+    rate is shown when the judged counts are unknown."""
+    if judged is None:
+        return " ".join(f"{a:.2f}" for a in rates)
+    return " ".join(f"{a:.2f}" if i < len(judged) and judged[i] else "–" for i, a in enumerate(rates))
+
+
+def sweep_table(strategy: str, rows: list[dict[str, Any]], runs: list[dict[str, Any]] | None = None) -> Table:
+    """One strategy across k: speed, what a round's drafting costs as k grows, and acceptance by depth.
+    runs: the report's runs, which say which draft positions were ever judged."""
     table = Table(title=f"{strategy} across k", title_justify="left", header_style="bold")
     for name, justify in (
         ("k", "right"), ("tok/s", "right"), ("speedup", "right"), ("draft ms/round", "right"),
@@ -81,7 +101,10 @@ def sweep_table(strategy: str, rows: list[dict[str, Any]]) -> Table:
             f"{row['verify_ms_per_round']:.2f}",
             f"{row['mean_acceptance_length']:.2f}",
             f"{row['accept_prob']:.2f}",
-            " ".join(f"{a:.2f}" for a in row["per_position_accept_prob"]),
+            _by_position(
+                row["per_position_accept_prob"],
+                judged_by_position(runs, strategy, row["k"]) if runs is not None else None,
+            ),
             style=style,
         )
     return table
@@ -111,6 +134,17 @@ def transformers_table(hf: dict[str, Any], specli_best: dict[str, float]) -> Tab
     return table
 
 
+def draft_length_words(settings: dict[str, Any]) -> str:
+    """How the runs chose k: "k=2,3,4 (sweep, fixed in each run)", "fixed k=4", or "k ≤ 4, chosen per
+    round" (a report without fixed_k: "k=4")."""
+    ks, k = settings.get("sweep_k") or [], settings["num_draft_tokens"]
+    if ks:
+        return f"k={','.join(str(k) for k in ks)} (sweep, fixed in each run)"
+    if "fixed_k" not in settings:
+        return f"k={k}"
+    return f"fixed k={k}" if settings["fixed_k"] else f"k ≤ {k}, chosen per round"
+
+
 def bench_view(report: dict[str, Any]) -> Group:
     """All tables: each category, overall last, then transformers and any identity errors."""
     parts: list[Any] = []
@@ -118,15 +152,13 @@ def bench_view(report: dict[str, Any]) -> Group:
     for category, metrics in summary.items():
         parts.append(category_table(category, metrics))
     for strategy, rows in (report.get("sweep") or {}).items():
-        parts.append(sweep_table(strategy, rows))
+        parts.append(sweep_table(strategy, rows, report.get("runs")))
     s = report["settings"]
     env = report["environment"]
     sampling = f"top_k={s.get('top_k')} · top_p={s.get('top_p')} · " if s["temperature"] else ""
-    ks = s.get("sweep_k") or []
     parts.append(
         Text(
-            (f"k={','.join(str(k) for k in ks)} (sweep)" if ks else f"k={s['num_draft_tokens']}")
-            + f" · max_new_tokens={s['max_new_tokens']} · "
+            draft_length_words(s) + f" · max_new_tokens={s['max_new_tokens']} · "
             f"temperature={s['temperature']} · {sampling}"
             f"repeats={s['repeats']} (median) · warm-up={s['warmup']} · {env['device']} {env['dtype']} "
             f"quant={env['quantization']} · threads={env['threads']} · peak memory "
@@ -140,7 +172,7 @@ def bench_view(report: dict[str, Any]) -> Group:
             + (
                 " · across k: draft ms/round and its ratio to the smallest k (a parallel drafter's barely "
                 "grows), α by position = P(draft i kept | drafts before it kept); bold: the fastest k"
-                if ks
+                if s.get("sweep_k")
                 else ""
             ),
             style="dim",

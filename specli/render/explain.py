@@ -61,6 +61,7 @@ class ExplainView:
         self.decoder = IncrementalDecoder(tokenizer)
         self.text = Text(shown(self.decoder.push(list(prompt_ids or []))), "dim")  # the prompt, as context
         self.stats = Stats()
+        self.drafted_ks: list[int] = []  # each round's k: the drafts the target verified
 
     def _label(self, token: int) -> str:
         return token_label(self.tokenizer, token)
@@ -140,19 +141,18 @@ class ExplainView:
             lead: list[Any] = [str(i + 1)]
             if parallel:
                 lead.append(Text("MASK", "italic") if i else Text("last token", "dim"))
-            if self.greedy:
-                table.add_row(*lead, label, self._label(r.target_argmax[i]), mark)
-            else:
-                table.add_row(
-                    *lead,
-                    label,
-                    prob(r.draft_probs[i]),
-                    prob(r.target_probs[i]),
-                    prob(r.accept_probs[i]),
-                    prob(r.uniforms[i]) if checked else "",
-                    mark,
-                )
+            table.add_row(*lead, label, *self._check_cells(r, i), mark)
         return table
+
+    def _check_cells(self, r: Round, i: int) -> list[str]:
+        """The verify columns of draft position i: the target argmax (greedy), or q, p, min(1, p/q) and u.
+        A position after the rejection was never judged: only the drafter's q is shown, the target's
+        cells stay empty."""
+        checked = i <= r.accepted
+        if self.greedy:
+            return [self._label(r.target_argmax[i]) if checked else ""]
+        judged = [r.target_probs[i], r.accept_probs[i], r.uniforms[i]] if checked else []
+        return [prob(r.draft_probs[i]), *(prob(v) for v in judged)] + [""] * (3 - len(judged))
 
     def _top(self, r: Round) -> str:
         entries = r.token_source[: self.top]
@@ -196,7 +196,7 @@ class ExplainView:
                 )
         elif r.drafted:
             out.append(
-                f"All {len(r.drafted)} drafts accepted, so the target's distribution at position "
+                f"{self._all_accepted(len(r.drafted))}, so the target's distribution at position "
                 f"{len(r.drafted) + 1} (computed in the same forward) gives a bonus token"
             )
             if r.token_source:
@@ -205,16 +205,40 @@ class ExplainView:
             out.append(token, style)
             out.append(self._own(r))
         else:
-            out.append("No draft this round: the target's next token (a bonus) ")
+            out.append("No draft this round, so it is a plain target step: the target's next token ")
             if r.token_source:
                 out.append(f"from its top entries {self._top(r)}: ")
             out.append(token, style)
             out.append(self._own(r))
         return out
 
+    @staticmethod
+    def _all_accepted(n: int) -> str:
+        """'All 3 drafts accepted', 'The 1 draft accepted'."""
+        return "The 1 draft accepted" if n == 1 else f"All {n} drafts accepted"
+
+    def _cut_line(self, r: Round) -> Text | None:
+        """Where a draft was cut at --draft-p-min: the token the drafter was most sure of there and its
+        probability against the threshold (None when the round was not cut by the threshold)."""
+        info = r.info or {}
+        if "cut_token" not in info:
+            return None
+        token = self._label(info["cut_token"])
+        below = (
+            f"has probability {prob(info['cut_prob'])} < --draft-p-min {prob(info['p_min'])} (its softmax "
+            "at temperature 1, what the threshold reads)"
+        )
+        if not r.drafted:
+            return Text(f"The drafter's likeliest first token {token} {below}, so it drafted nothing.")
+        return Text(
+            f"The draft stopped before position {len(r.drafted) + 1}: there the drafter's likeliest token "
+            f"{token} {below}."
+        )
+
     def panel(self, r: Round) -> Panel:
         """The panel for one round; call rounds in order."""
         self.stats.observe(r)
+        self.drafted_ks.append(len(r.drafted))
         context = self.text[-CONTEXT_CHARS:] if len(self.text) > CONTEXT_CHARS else self.text.copy()
         committed = Text()
         for token, kind in zip(r.committed, r.committed_kinds, strict=True):
@@ -228,6 +252,9 @@ class ExplainView:
             ),
             self._drafter_line(r),
         ]
+        cut = self._cut_line(r)
+        if cut is not None:
+            parts.append(cut)
         if r.drafted:
             parts.append(self._draft_table(r))
         parts.append(self._outcome(r))
@@ -248,7 +275,6 @@ class ExplainView:
         ]
         if s.drafted:
             alpha = s.accept_prob
-            expected = expected_acceptance_length(alpha, self.k)
             judged = s.accepted + s.rejections
             lines.append(
                 f"acceptance rate = accepted / drafted = {s.accepted}/{s.drafted} = {s.acceptance_rate:.3f}"
@@ -257,8 +283,20 @@ class ExplainView:
                 f"α = accepted / (accepted + rejections) = {s.accepted}/{judged} = {alpha:.3f}: the "
                 "probability that a draft the target judged is kept (drafts after a rejection are not judged)"
             )
-            lines.append(
-                f"analytic E = (1 − α^(k+1)) / (1 − α) = {expected:.2f} tokens per round at k = {self.k}, "
-                f"observed {s.mean_acceptance_length:.2f}"
-            )
+            lines.append(self._expected_line(alpha))
         return Panel(Text("\n".join(lines)), title="summary", title_align="left")
+
+    def _expected_line(self, alpha: float) -> str:
+        """E(α, k) = (1 − α^(k+1)) / (1 − α) against the observed τ. Rounds draft different k (chosen per
+        round, cut at a threshold or the budget), so E is the mean over rounds of E(α, k) at each round's
+        own drafted k: τ's expectation for those very rounds."""
+        ks = self.drafted_ks
+        expected = sum(expected_acceptance_length(alpha, k) for k in ks) / len(ks)
+        observed = f"observed {self.stats.mean_acceptance_length:.2f}"
+        formula = "analytic E = (1 − α^(k+1)) / (1 − α)"
+        if len(set(ks)) == 1:
+            return f"{formula} = {expected:.2f} tokens per round at k = {ks[0]} (every round), {observed}"
+        return (
+            f"{formula} at each round's own k, averaged over the rounds (k drafted: mean "
+            f"{sum(ks) / len(ks):.2f}, {min(ks)}–{max(ks)}) = {expected:.2f} tokens per round, {observed}"
+        )
