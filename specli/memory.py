@@ -12,7 +12,8 @@ LM head and a mixture's experts (3-D parameters, not linear modules) stay at the
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -330,40 +331,143 @@ def free_bytes(device: Any) -> int | None:
 
 @dataclass(frozen=True)
 class Need:
-    """What one model of a pair will take, for the message when it does not fit."""
+    """What one model of a pair will take, for the message when it does not fit. needs[0] is the target;
+    shape (None for an EAGLE head) lets the advice estimate it again at another dtype or quantization."""
 
     name: str
     dtype: str
     quant: str
     estimate: Estimate
     context: int = PLAN_CONTEXT  # the KV cache tokens `estimate` holds
+    shape: Shape | None = None
 
 
-def check_fits(needs: list[Need], device: Any, available: int | None) -> None:
-    """Raise SpecliError (exit 1) with the figures and the options that would fit, when needs > available."""
-    total = sum(n.estimate.total_bytes for n in needs)
-    if available is None or total <= available:
+@dataclass(frozen=True)
+class Option:
+    """A change that makes the pair fit (`advice`, as flags), and the bytes the pair then needs."""
+
+    advice: str
+    total_bytes: int
+
+
+Fits = Callable[[list[Need]], bool]
+QUANTS = ("none", "8bit", "4bit")  # mildest first
+NO_DRAFTER = "--strategy lookup or self (no drafter)"
+MIN_CONTEXT = 256  # a shorter context than this is not worth suggesting
+
+
+def total_bytes(needs: list[Need]) -> int:
+    return sum(n.estimate.total_bytes for n in needs)
+
+
+def resized(
+    need: Need, dtype: str | None = None, quant: str | None = None, context: int | None = None
+) -> Need:
+    """`need` at another dtype, quantization (a target's) or KV context: estimated again from its shape,
+    or (an EAGLE head) scaled by bytes per value and tokens."""
+    dtype, quant, context = dtype or need.dtype, quant or need.quant, context or need.context
+    size, own = DTYPE_BYTES.get(dtype, 2), DTYPE_BYTES.get(need.dtype, 2)
+    if need.shape is not None:
+        new = estimate(need.shape, size, quant, context)
+    else:
+        kv = need.estimate.kv_bytes * size / own * context / max(need.context, 1)
+        new = Estimate(int(need.estimate.weights_bytes * size / own), int(kv))
+    return replace(need, dtype=dtype, quant=quant, estimate=new, context=context)
+
+
+def _variants(needs: list[Need]) -> list[tuple[tuple[int, int, int], str, list[Need]]]:
+    """Every combination of the changes a user can make with flags: 16-bit weights (when a model is in
+    float32), a stronger --quant for the target, no drafter. Each as (levels, advice, needs); levels
+    orders changes by how much they give up, (0, 0, 0) being the pair as asked."""
+    target, quant = needs[0], needs[0].quant
+    halves = (0, 1) if any(n.dtype == "float32" for n in needs) else (0,)
+    quants = QUANTS[QUANTS.index(quant) :] if quant in QUANTS else (quant,)
+    drops = (0, 1) if len(needs) > 1 else (0,)
+    found = []
+    for half in halves:
+        for level, q in enumerate(quants):
+            for drop in drops:
+                dtype = "bfloat16" if half else None
+                kept = needs[:1] if drop else needs
+                changed = [resized(n, dtype, q if n is target else None) for n in kept]
+                flags = " ".join(["--dtype bfloat16"] * half + [f"--quant {q}"] * (level > 0))
+                advice = " with ".join(filter(None, [flags, NO_DRAFTER if drop else ""]))
+                found.append(((half, level, drop), advice, changed))
+    return found
+
+
+def _dominates(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    return a != b and all(x <= y for x, y in zip(a, b, strict=True))
+
+
+def fitting_options(needs: list[Need], fits: Fits) -> list[Option]:
+    """The least a user must give up to fit: each combination of flags that fits and that no milder
+    fitting combination (fewer or weaker changes) makes needless, fewest changes first."""
+    variants = [v for v in _variants(needs) if any(v[0]) and fits(v[2])]
+    keep = [v for v in variants if not any(_dominates(w[0], v[0]) for w in variants)]
+    keep.sort(key=lambda v: (sum(v[0]), v[0][1], v[0][2]))  # 16-bit first, then no drafter, then --quant
+    return [Option(advice, total_bytes(changed)) for _, advice, changed in keep]
+
+
+def smallest(needs: list[Need]) -> Option | None:
+    """The smallest the pair can be made with flags (every change at once); None when nothing changes."""
+    variants = [v for v in _variants(needs) if any(v[0])]
+    if not variants:
+        return None
+    _, advice, changed = min(variants, key=lambda v: total_bytes(v[2]))
+    return Option(advice, total_bytes(changed))
+
+
+def shorter_context(needs: list[Need], fits: Fits) -> Option | None:
+    """The longest context (prompt + output tokens, at least MIN_CONTEXT) the pair as asked fits with,
+    when it fits only with less than the planned context; the check must then be skipped."""
+    planned = max(n.context for n in needs)
+
+    def at(tokens: int) -> list[Need]:
+        return [resized(n, context=min(tokens, n.context)) for n in needs]
+
+    if planned <= MIN_CONTEXT or not fits(at(MIN_CONTEXT)):
+        return None
+    low, high = MIN_CONTEXT, planned  # fits(low) holds, fits(high) does not
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(at(mid)) else (low, mid)
+    advice = f"at most {low} tokens of prompt + output (with the check skipped)"
+    return Option(advice, total_bytes(at(low)))
+
+
+def check_fits(needs: list[Need], device: Any, available: int | None, also: Sequence[Option] = ()) -> None:
+    """Raise SpecliError (exit 1) with the figures and the options that would fit, when needs > available.
+    also: options elsewhere (another device) that the caller found to fit."""
+    if available is None or total_bytes(needs) <= available:
         return
-    raise not_enough(needs, f"{device} has {human(available)} free", cuda=device.type == "cuda")
+    where = f"{device} has {human(available)} free"
+    raise not_enough(needs, where, lambda changed: total_bytes(changed) <= available, also)
 
 
-def not_enough(needs: list[Need], where: str, *, cuda: bool) -> Exception:
-    """The error for a pair that does not fit: what each model needs, what `where` has, what would fit."""
-    total = sum(n.estimate.total_bytes for n in needs)
+def not_enough(needs: list[Need], where: str, fits: Fits, also: Sequence[Option] = ()) -> SpecliError:
+    """The error for a pair that does not fit: what each model needs, what `where` has, and the options
+    that `fits` accepts (flags, a shorter context, then `also`), each with its estimate; when none fits,
+    says so with the smallest estimate."""
     parts = ", ".join(
         f"{n.name} {human(n.estimate.weights_bytes)} ({n.quant if n.quant != 'none' else n.dtype})"
         for n in needs
     )
-    options = []
-    if needs[0].quant != "4bit":
-        options.append("--quant 4bit")
-    if len(needs) > 1:
-        options.append("a smaller drafter, or --strategy lookup / self (no drafter)")
-    if cuda:
-        options.append("several GPUs (--device auto), or --device cpu (slow)")
     context = max(n.context for n in needs)
+    message = (
+        f"not enough memory: the models need about {human(total_bytes(needs))} ({parts}, KV cache for "
+        f"{context} tokens and 10% workspace) but {where}."
+    )
+    options = [*fitting_options(needs, fits), *filter(None, [shorter_context(needs, fits)]), *also]
+    skip = "SPECLI_NO_MEMORY_CHECK=1 skips this check."
+    if options:
+        shown = "; ".join(f"{o.advice} needs about {human(o.total_bytes)}" for o in options)
+        return SpecliError(message, f"Options that fit: {shown}. {skip}")
+    least = smallest(needs)
+    if least is None:
+        return SpecliError(
+            message, f"Nothing fits, and no flag makes it smaller: pick a smaller model. {skip}"
+        )
     return SpecliError(
-        f"not enough memory: the models need about {human(total)} ({parts}, KV cache for "
-        f"{context} tokens and 10% workspace) but {where}.",
-        "Try " + "; ".join(options) + ". Set SPECLI_NO_MEMORY_CHECK=1 to load anyway.",
+        message, f"Nothing fits: the smallest, {least.advice}, needs about {human(least.total_bytes)}. {skip}"
     )

@@ -19,6 +19,7 @@ from transformers import AutoConfig
 from specli import head_formats, loading, memory
 from specli.cached_lm import CachedLM
 from specli.eagle_head import HeadConfig
+from specli.errors import SpecliError
 from specli.placement import Placement, describe_gpus, plan_placement
 
 
@@ -59,7 +60,7 @@ def estimate_needs(
         except (ValueError, TypeError, KeyError, ZeroDivisionError):
             return None  # an unusual config: no estimate, no check
         needs.append(
-            memory.Need(model.name, str(dtype).replace("torch.", ""), model.quant, estimate, context)
+            memory.Need(model.name, str(dtype).replace("torch.", ""), model.quant, estimate, context, shape)
         )
     return needs
 
@@ -101,7 +102,11 @@ def plan_pair(
     if gpus < 2:
         needs = estimate_needs(models, device, trust_remote_code) if checked else None
         if needs is not None:
-            memory.check_fits(needs + ([head] if head else []), device, memory.free_bytes(device))
+            needs += [head] if head else []
+            available = memory.free_bytes(device)
+            if available is not None and memory.total_bytes(needs) > available:
+                also = _elsewhere(models, needs, device, device_spec, trust_remote_code)
+                memory.check_fits(needs, device, available, also)
         return None
     beside = len(models) > 1 or head is not None  # something sits beside the target's LM head
     everywhere = Placement(tuple(range(gpus)), {}, gpus - 1 if beside else None)
@@ -110,13 +115,74 @@ def plan_pair(
         return everywhere
     needs += [head] if head else []
     free = [memory.free_bytes(torch.device("cuda", i)) or 0 for i in range(gpus)]
-    draft = _together([n.estimate for n in needs[1:]])
-    plan = plan_placement(free, needs[0].estimate, draft, quantized=needs[0].quant != "none")
+    plan = _placed(free, needs)
     if plan is None:
         if checked:
-            raise memory.not_enough(needs, f"the {gpus} GPUs have {describe_gpus(free)}", cuda=True)
+            also = _on_cpu(models, needs, trust_remote_code)
+
+            def fits(changed: list[memory.Need]) -> bool:
+                return _placed(free, changed) is not None
+
+            raise memory.not_enough(needs, f"the {gpus} GPUs have {describe_gpus(free)}", fits, also)
         return everywhere
     return plan if plan.split else None
+
+
+def check_addition(needs: list[memory.Need], device: torch.device, load_call: str) -> None:
+    """Before a model joins a pair already in memory: SpecliError when `device` has less free than
+    `needs` take (unless SPECLI_NO_MEMORY_CHECK=1); load_call names the load that brings it from the
+    start, planned with the rest."""
+    available = memory.free_bytes(device)
+    total = memory.total_bytes(needs)
+    if os.environ.get("SPECLI_NO_MEMORY_CHECK") == "1" or available is None or total <= available:
+        return
+    names = ", ".join(n.name for n in needs)
+    raise SpecliError(
+        f"not enough memory to add {names}: it needs about {memory.human(total)} but {device} has "
+        f"{memory.human(available)} free beside the models already loaded.",
+        f"Load the pair with the strategy you use, {load_call}. SPECLI_NO_MEMORY_CHECK=1 skips this check.",
+    )
+
+
+def _placed(free: list[int], needs: list[memory.Need]) -> Placement | None:
+    """Where the target (needs[0]) and what sits beside its LM head go on GPUs with `free` bytes."""
+    draft = _together([n.estimate for n in needs[1:]])
+    return plan_placement(free, needs[0].estimate, draft, quantized=needs[0].quant != "none")
+
+
+def _elsewhere(
+    models: list[ModelToLoad],
+    needs: list[memory.Need],
+    device: torch.device,
+    device_spec: str,
+    trust_remote_code: bool,
+) -> list[memory.Option]:
+    """Devices other than `device` that hold the pair as asked: several GPUs under --device auto (the
+    target split, the drafter beside its LM head), or (from a GPU) the system memory, much slower."""
+    options = []
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count > 1 and device_spec.strip().lower() != "auto":
+        free = [memory.free_bytes(torch.device("cuda", i)) or 0 for i in range(count)]
+        if _placed(free, needs) is not None:
+            options.append(memory.Option(f"--device auto (over {count} GPUs)", memory.total_bytes(needs)))
+    if device.type == "cuda":
+        options += _on_cpu(models, needs, trust_remote_code)
+    return options
+
+
+def _on_cpu(
+    models: list[ModelToLoad], needs: list[memory.Need], trust_remote_code: bool
+) -> list[memory.Option]:
+    """--device cpu when the system memory holds the pair at CPU dtypes (an EAGLE head at the target's)."""
+    cpu = torch.device("cpu")
+    on_cpu = estimate_needs(models, cpu, trust_remote_code)
+    if on_cpu is None:
+        return []
+    on_cpu += [memory.resized(n, dtype=on_cpu[0].dtype) for n in needs[len(models) :]]
+    total, available = memory.total_bytes(on_cpu), memory.free_bytes(cpu)
+    if available is None or total > available:
+        return []
+    return [memory.Option("--device cpu (system memory; many times slower than a GPU)", total)]
 
 
 def _together(estimates: list[memory.Estimate]) -> memory.Estimate | None:

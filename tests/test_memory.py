@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+import shutil
 
 import pytest
 from conftest import make_model, save_model
@@ -66,7 +68,7 @@ def test_kv_cache_size():
 
 def test_fit_check_names_the_figures_and_the_options():
     shape = memory.KNOWN_SHAPES["meta-llama/Llama-3.1-8B-Instruct"]
-    needs = [memory.Need("big", "bfloat16", "none", memory.estimate(shape, 2))]
+    needs = [memory.Need("big", "bfloat16", "none", memory.estimate(shape, 2), shape=shape)]
     import torch
 
     with pytest.raises(SpecliError) as info:
@@ -323,3 +325,184 @@ def test_the_fit_check_counts_an_eagle_head(monkeypatch):
     specli.load(strategy="none", device="cpu")  # the target alone fits
     with pytest.raises(SpecliError, match=r"embedded:tiny-eagle3 6\.9 MB \(float32\)"):
         specli.load(strategy="eagle", device="cpu")
+
+
+# --------------------------------------------------------------------------- advice when a pair does not fit
+# Issue 20 #4: "Try --quant 4bit" for a pair that needs 44.9 GB at 4-bit, and "Try ." with --quant 4bit.
+
+LLAMA_70B = dict(
+    vocab_size=128256,
+    hidden_size=8192,
+    num_hidden_layers=80,
+    num_attention_heads=64,
+    num_key_value_heads=8,
+    intermediate_size=28672,
+)
+LLAMA_8B = dict(
+    vocab_size=128256,
+    hidden_size=4096,
+    num_hidden_layers=32,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    intermediate_size=14336,
+)
+LLAMA_1B = dict(
+    vocab_size=128256,
+    hidden_size=2048,
+    num_hidden_layers=16,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    intermediate_size=8192,
+    tie_word_embeddings=True,
+)
+OPTION = re.compile(r"(?:Options that fit: |; )(.+?) needs about ([\d.]+) GB")
+
+
+def _config_folder(path, dims: dict, tokenizer_from: str | None = None):
+    """A folder holding only a Llama config.json (no weights), and a tokenizer when the CLI is to read it."""
+    from specli.model_dirs import embedded_dir
+
+    path.mkdir(parents=True)
+    config = {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "tie_word_embeddings": False,
+        "max_position_embeddings": 131072,
+        **dims,
+    }
+    (path / "config.json").write_text(json.dumps(config))
+    if tokenizer_from:
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(embedded_dir() / tokenizer_from / name, path / name)
+    return path
+
+
+def _hint(needs, device, available: float, also=()) -> str:
+    with pytest.raises(SpecliError) as info:
+        memory.check_fits(needs, device, int(available), also)
+    return info.value.hint
+
+
+def _apply(advice: str, models, device):
+    """What the pair needs with the flags of one piece of advice, estimated as load would estimate it."""
+    from specli import plan
+
+    quant = re.search(r"--quant (\w+)", advice)
+    changed = [
+        dataclasses.replace(
+            model,
+            dtype="bfloat16" if "--dtype bfloat16" in advice else model.dtype,
+            quant=(quant.group(1) if quant else model.quant) if i == 0 else model.quant,
+        )
+        for i, model in enumerate(models[:1] if "no drafter" in advice else models)
+    ]
+    return memory.total_bytes(plan.estimate_needs(changed, device, trust_remote_code=False))
+
+
+@pytest.mark.parametrize("free_gb", [8, 12, 24, 40])
+def test_every_option_offered_fits_when_its_flags_are_used(tmp_path, free_gb):
+    """Catches advice that does not fit (issue 20 #4): each option, applied as flags through the load-time
+    estimate, fits the free memory and needs what the hint says; the pair itself does not fit."""
+    import torch
+
+    from specli import plan
+
+    cpu = torch.device("cpu")
+    models = [
+        plan.ModelToLoad("8b", folder=_config_folder(tmp_path / "8b", LLAMA_8B)),
+        plan.ModelToLoad("1b", folder=_config_folder(tmp_path / "1b", LLAMA_1B)),
+    ]
+    needs = plan.estimate_needs(models, cpu, trust_remote_code=False)
+    assert [n.dtype for n in needs] == ["float32", "float32"]
+    hint = _hint(needs, cpu, free_gb * 1e9)
+    offered = OPTION.findall(hint)
+    assert offered, hint
+    for advice, shown in offered:
+        total = _apply(advice, models, cpu)
+        assert total <= free_gb * 1e9, (advice, total)
+        assert memory.human(total) == f"{shown} GB"
+    advices = [advice for advice, _ in offered]
+    assert not any("--quant 4bit" in a and a.replace("4bit", "8bit") in advices for a in advices), hint
+
+
+def test_no_quant_advice_that_does_not_fit_and_no_empty_advice(tmp_path, monkeypatch):
+    """The issue's two messages, through the CLI on a 70B config with no weights: not 'Try --quant 4bit'
+    when 4-bit does not fit either, not 'Try .' with --quant 4bit; instead that nothing fits, and the
+    smallest estimate."""
+    folder = _config_folder(tmp_path / "70b", LLAMA_70B, tokenizer_from="tiny-target")
+    monkeypatch.setattr(memory, "free_bytes", lambda device: 24_600_000_000)
+    args = ["generate", "hi", "--target", str(folder), "--device", "cpu"]
+    for extra, smallest in (([], "--dtype bfloat16 --quant 4bit"), (["--quant", "4bit"], "--dtype bfloat16")):
+        result = CliRunner().invoke(app, args + extra)
+        assert result.exit_code == 1, result.output
+        assert "Try" not in result.stderr and "--quant 4bit." not in result.stderr
+        assert f"Nothing fits: the smallest, {smallest}, needs about 44.9 GB." in result.stderr, result.stderr
+    monkeypatch.setattr(memory, "free_bytes", lambda device: 46_000_000_000)
+    result = CliRunner().invoke(app, args + ["--quant", "4bit"])
+    assert "Options that fit: --dtype bfloat16 needs about 44.9 GB." in result.stderr, result.stderr
+
+
+def test_a_shorter_context_is_offered_when_only_the_kv_cache_does_not_fit():
+    """The longest context offered fits, one token more does not; none is offered when the weights
+    alone do not fit."""
+    import torch
+
+    shape = memory.KNOWN_SHAPES["meta-llama/Llama-3.1-8B-Instruct"]
+    needs = [memory.Need("8b", "bfloat16", "none", memory.estimate(shape, 2), shape=shape)]
+    available = 17.9e9
+    hint = _hint(needs, torch.device("cuda", 0), available)
+    tokens = int(re.search(r"at most (\d+) tokens of prompt \+ output", hint).group(1))
+    assert memory.estimate(shape, 2, "none", tokens).total_bytes <= available
+    assert memory.estimate(shape, 2, "none", tokens + 1).total_bytes > available
+    assert "at most" not in _hint(needs, torch.device("cuda", 0), 17e9)  # the weights alone need 17.7 GB
+
+
+def test_nothing_smaller_says_so():
+    import torch
+
+    shape = memory.KNOWN_SHAPES["meta-llama/Llama-3.1-8B-Instruct"]
+    needs = [memory.Need("8b", "bfloat16", "4bit", memory.estimate(shape, 2, "4bit"), shape=shape)]
+    hint = _hint(needs, torch.device("cpu"), 1e9)
+    assert hint.startswith("Nothing fits, and no flag makes it smaller")
+
+
+def test_a_gpu_pair_is_offered_the_system_memory_only_when_it_fits_there(tmp_path, monkeypatch):
+    """Another device is advised with its estimate and cost, and only where the pair fits."""
+    import torch
+
+    from specli import plan
+
+    models = [plan.ModelToLoad("8b", dtype="bfloat16", folder=_config_folder(tmp_path / "8b", LLAMA_8B))]
+    gpu = torch.device("cuda", 0)
+    for cpu_free, offered in ((40e9, True), (10e9, False)):
+        monkeypatch.setattr(memory, "free_bytes", lambda d, c=cpu_free: 8e9 if d.type == "cuda" else c)
+        with pytest.raises(SpecliError) as info:
+            plan.plan_pair(models, gpu, "cuda:0", trust_remote_code=False)
+        assert (
+            "--device cpu (system memory; many times slower than a GPU) needs about 18.3 GB"
+            in info.value.hint
+        ) == offered
+        assert "--quant 4bit needs about" in info.value.hint  # 6.8 GB fits the 8 GB GPU
+
+
+def test_split_over_gpus_offers_only_what_the_placement_holds(tmp_path, monkeypatch):
+    """With several GPUs under --device auto the options are checked by the placement itself."""
+    import torch
+
+    from specli import plan
+    from specli.placement import plan_placement
+
+    models = [plan.ModelToLoad("8b", dtype="bfloat16", folder=_config_folder(tmp_path / "8b", LLAMA_8B))]
+    free = [7e9, 7e9]
+    monkeypatch.setattr(plan, "gpu_count", lambda spec: 2)
+    monkeypatch.setattr(memory, "free_bytes", lambda d: int(free[d.index]) if d.type == "cuda" else 1e9)
+    with pytest.raises(SpecliError) as info:
+        plan.plan_pair(models, torch.device("cuda", 0), "auto", trust_remote_code=False)
+    offered = OPTION.findall(info.value.hint)
+    assert offered and "--device cpu" not in info.value.hint, info.value.hint
+    for advice, _ in offered:
+        quant = re.search(r"--quant (\w+)", advice).group(1)
+        changed = plan.estimate_needs(
+            [dataclasses.replace(models[0], quant=quant)], torch.device("cpu"), False
+        )
+        assert plan_placement([int(f) for f in free], changed[0].estimate, quantized=True) is not None
