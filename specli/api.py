@@ -609,6 +609,7 @@ def _fetch_and_check(wanted: _Wanted, fetcher: _Fetcher) -> tuple[list[ModelToLo
     architecture for 'self', one tokenizer shared by target and drafter, an EAGLE head's shapes against
     the target's. Returns the models with their folders, the tokenizer and the head with its folder."""
     target = replace(wanted.models[0], folder=fetcher.folder(wanted.models[0]))
+    head_formats.refuse_head_as_model(target.folder, target.name, "target")  # it has no tokenizer
     tokenizer = fetcher.tokenizer(target)
     target_config = loading.read_config(target.folder) or {}
     if "self" in wanted.strategies:  # refuse an unsupported architecture before any weights load
@@ -616,6 +617,7 @@ def _fetch_and_check(wanted: _Wanted, fetcher: _Fetcher) -> tuple[list[ModelToLo
     models = [target]
     for model in wanted.models[1:]:
         draft = replace(model, folder=fetcher.folder(model))
+        head_formats.refuse_head_as_model(draft.folder, draft.name)
         loading.check_tokenizers(tokenizer, fetcher.tokenizer(draft), target.name, draft.name)
         models.append(draft)
     head = wanted.head

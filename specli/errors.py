@@ -29,3 +29,8 @@ class PresetError(UsageError):
 
 class ModelLoadError(SpecliError):
     """A model or tokenizer could not be found, fetched or loaded."""
+
+
+class ModelNotFoundError(ModelLoadError, UsageError):
+    """No model where the user pointed (a path that does not exist, a folder without config.json, an
+    unknown embedded:NAME): a usage error, exit code 2, still caught as a ModelLoadError."""

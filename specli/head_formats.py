@@ -41,7 +41,8 @@ import torch
 from safetensors.torch import save_file
 
 from specli.eagle_head import EagleHead, HeadConfig, default_aux_layers
-from specli.errors import ModelLoadError
+from specli.errors import ModelLoadError, UsageError
+from specli.model_dirs import read_config, user_model_name
 
 WEIGHTS = "model.safetensors"
 SAFE_INDEX = "model.safetensors.index.json"
@@ -128,6 +129,24 @@ def detect_layout(data: Mapping[str, Any]) -> str | None:
     if "draft_vocab_size" in data and ("hidden_size" in data) and ("Llama" in archs or "model_type" in data):
         return "safeailab"
     return None
+
+
+def refuse_head_as_model(folder: Path | str, name: str, role: str = "drafter") -> None:
+    """UsageError when the model given as `role` ('drafter' or 'target') is an EAGLE head (its config.json
+    is in a layout `detect_layout` knows): a head has no tokenizer and no LM of its own to run."""
+    data = read_config(folder)
+    if data is None or detect_layout(data) is None:
+        return
+    if role == "target":
+        raise UsageError(
+            f"'{name}' is an EAGLE head, not a target model: use --strategy eagle with --draft {name}",
+            "Pass the model the head was trained for as --target.",
+        )
+    raise UsageError(
+        f"'{name}' is an EAGLE head: use --strategy eagle (with --draft {name})",
+        "Strategy draft needs a drafter model with the target's tokenizer; an EAGLE head drafts from the "
+        "target's hidden states.",
+    )
 
 
 def _int(data: Mapping[str, Any], key: str, label: str, default: Any = ...) -> int:
@@ -309,6 +328,7 @@ def check_head(config: HeadConfig, target_config: Any, name: str, target_name: s
     target = f"'{target_name}'" if target_name else _target_label(target_config)
     hidden, layers, vocab = target_facts(target_config)
     trained_for = config.extra.get("verifier")
+    trained_for = user_model_name(trained_for) if trained_for else None
     hint = (
         f"this head was trained for '{trained_for}'; use it with that target, "
         f"or pick a head trained for {target}"

@@ -30,7 +30,7 @@ from huggingface_hub.errors import (
 )
 from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
 
-from specli.errors import ModelLoadError, SpecliError, UsageError
+from specli.errors import ModelLoadError, ModelNotFoundError, SpecliError, UsageError
 from specli.model_dirs import EMBEDDED_PREFIX as EMBEDDED_PREFIX  # model_dirs: torch-free, re-exported
 from specli.model_dirs import config_max_positions
 from specli.model_dirs import embedded_dir as embedded_dir
@@ -320,12 +320,12 @@ def resolve_source(
         check_model_folder(expanded, model)
         return expanded
     if expanded.exists():
-        raise ModelLoadError(
+        raise ModelNotFoundError(
             f"'{model}' is a file, not a model folder",
             "pass the folder that holds config.json and the weights",
         )
     if _looks_like_path(model):
-        raise ModelLoadError(
+        raise ModelNotFoundError(
             f"model folder '{model}' does not exist", "check the path, or pass a hub id like 'org/name'"
         )
     if not _HUB_ID.fullmatch(model) or "--" in model or ".." in model:
@@ -384,7 +384,7 @@ def check_model_folder(folder: Path, name: str | None = None, *, hub: bool = Fal
         hint = f"model folders inside it: {shown}"
     else:
         hint = "pass the folder that holds config.json and the weights, or a hub id like 'org/name'"
-    raise ModelLoadError(f"no model found in {label} (no config.json)", hint)
+    raise ModelNotFoundError(f"no model found in {label} (no config.json)", hint)
 
 
 def check_weights(folder: Path, *, allow_pickle: bool) -> None:

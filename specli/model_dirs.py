@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from specli.errors import ModelLoadError
+from specli.errors import ModelNotFoundError
 
 EMBEDDED_PREFIX = "embedded:"
 
@@ -34,7 +34,20 @@ def embedded_model(name: str) -> Path:
     known = (
         ", ".join(f"embedded:{n}" for n in embedded_names()) or "none (this install has no embedded models)"
     )
-    raise ModelLoadError(f"no embedded model named '{name}'", f"embedded models: {known}")
+    raise ModelNotFoundError(f"no embedded model named '{name}'", f"embedded models: {known}")
+
+
+def user_model_name(name: str) -> str:
+    """A model name as the user would type it: a path to an embedded model (on any machine) ->
+    "embedded:NAME", a hub cache snapshot (.../models--org--name/snapshots/REV) -> "org/name"; other
+    names unchanged."""
+    parts = Path(name).parts
+    if len(parts) >= 2 and parts[-2] == "embedded" and parts[-1] in embedded_names():
+        return EMBEDDED_PREFIX + parts[-1]
+    repo = next((p for p in reversed(parts) if p.startswith("models--")), None)
+    if repo is not None and "snapshots" in parts[parts.index(repo) :]:
+        return repo.removeprefix("models--").replace("--", "/")
+    return name
 
 
 def read_config(folder: Path | str) -> dict[str, Any] | None:

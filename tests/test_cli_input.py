@@ -418,3 +418,31 @@ def test_round_text_joins_into_the_result_text(embedded_pair):
 def test_round_text_defaults_to_empty_for_engine_rounds():
     r = Round(0, [], [], [], [], [], [], 0, 5, TokenKind.BONUS, [5], 0.0, 0.0, 0.0)
     assert r.text == ""
+
+
+# --------------------------------------------------------------------------- issue 20: no model there
+
+
+@pytest.mark.parametrize("option", ["--target", "--draft"])
+@pytest.mark.parametrize("kind", ["missing", "no config.json", "unknown embedded"])
+def test_no_model_where_pointed_exits_2(tmp_path, option, kind):
+    """Catches issue 20 #7: a path that does not exist, a folder without config.json and an unknown
+    embedded:NAME exited 1; they are usage errors."""
+    (tmp_path / "notes").mkdir()
+    name, message = {
+        "missing": (str(tmp_path / "nope"), "does not exist"),
+        "no config.json": (str(tmp_path / "notes"), "(no config.json)"),
+        "unknown embedded": ("embedded:nope", "no embedded model named 'nope'"),
+    }[kind]
+    result = invoke("generate", PROMPT, option, name, "--device", "cpu")
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("head", ["embedded:tiny-eagle3", "embedded:tiny-peagle"])
+def test_an_eagle_head_for_strategy_draft_exits_2_naming_strategy_eagle(head):
+    """Catches issue 20 #5 at the command line: the tokenizer's cut-off message, exit 1."""
+    result = invoke("generate", PROMPT, "--strategy", "draft", "--draft", head, "--device", "cpu")
+    assert result.exit_code == 2, result.output
+    assert f"'{head}' is an EAGLE head: use --strategy eagle" in result.stderr
+    assert len(result.stderr.strip().splitlines()) <= 2, result.stderr

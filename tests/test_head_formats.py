@@ -18,7 +18,7 @@ from test_loading import lay_out_hub_cache
 
 from specli import loading
 from specli.eagle_head import EagleHead, HeadCache, HeadConfig, default_aux_layers, init_weights
-from specli.errors import ModelLoadError
+from specli.errors import ModelLoadError, UsageError
 from specli.head_formats import (
     check_head,
     config_to_dict,
@@ -26,6 +26,7 @@ from specli.head_formats import (
     load_head,
     open_head,
     read_head_config,
+    refuse_head_as_model,
     save_head,
 )
 from specli.model_dirs import read_config
@@ -575,3 +576,68 @@ def test_eagle_presets(name):
         assert load_preset_file(path).draft.model == head_id
     else:  # the schema does not know the strategy yet: every other field must pass it
         Preset.model_validate({**data, "strategy": "draft"})
+
+
+# ----------------------------------------------------------------------------- a head given as a model
+
+
+@pytest.mark.parametrize("head", ["embedded:tiny-eagle3", "embedded:tiny-peagle", "embedded:tiny-eagle1"])
+def test_an_eagle_head_given_as_drafter_says_use_strategy_eagle(head):
+    """Catches issue 20 #5: a head given to --strategy draft failed on its (missing) tokenizer with a
+    message cut mid-sentence; it is recognised before the tokenizer is read, as a usage error."""
+    import specli
+
+    with pytest.raises(UsageError) as info:
+        specli.load(strategy="draft", draft=head, device="cpu")
+    assert info.value.message.startswith(f"'{head}' is an EAGLE head: use --strategy eagle")
+    assert "tokenizer" not in info.value.message and info.value.exit_code == 2
+
+
+def test_an_eagle_head_given_as_target_says_how_to_use_it():
+    import specli
+
+    with pytest.raises(UsageError, match="'embedded:tiny-eagle3' is an EAGLE head, not a target model"):
+        specli.load(target="embedded:tiny-eagle3", strategy="none", device="cpu")
+
+
+def test_a_plain_model_is_not_taken_for_a_head(target):
+    folder, _, _ = target
+    refuse_head_as_model(folder, "t")  # no error
+
+
+# ----------------------------------------------------------------------------- the target a head is for
+
+
+def test_mismatch_names_the_target_a_head_was_trained_for_as_the_user_would():
+    """Catches issue 20 #8: the hint named the folder of the machine the head was trained on
+    ('/work/.../specli/embedded/tiny-target'), not 'embedded:tiny-target'."""
+    import specli
+
+    with pytest.raises(ModelLoadError) as info:
+        specli.load(
+            target="embedded:tiny-draft", draft="embedded:tiny-eagle3", strategy="eagle", device="cpu"
+        )
+    assert "this head was trained for 'embedded:tiny-target';" in info.value.hint
+    assert "/" not in info.value.hint
+
+
+@pytest.mark.parametrize(
+    "written, shown",
+    [
+        ("/home/someone/src/specli/specli/embedded/tiny-target", "embedded:tiny-target"),
+        (
+            "/root/.cache/huggingface/hub/models--meta-llama--Llama-3.1-8B-Instruct/snapshots/0e9e",
+            "meta-llama/Llama-3.1-8B-Instruct",
+        ),
+        ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B-Instruct"),
+        ("/data/models/my-llama", "/data/models/my-llama"),  # a folder of the user's own: as written
+        ("/data/embedded/not-shipped", "/data/embedded/not-shipped"),
+    ],
+)
+def test_trained_for_names_read_as_the_user_types_them(tmp_path, target, written, shown):
+    _, config_dict, model = target
+    config = head_config(model.config.vocab_size, target_hidden_size=128)
+    folder = write_config_only(tmp_path / "h", config_to_dict(config, written))
+    with pytest.raises(ModelLoadError) as info:
+        load_head(folder, config_dict, name="h")
+    assert f"this head was trained for '{shown}';" in info.value.hint

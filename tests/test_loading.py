@@ -667,3 +667,24 @@ def test_no_weights_move_when_the_tokenizers_differ(monkeypatch, tiny_pair, tmp_
     with pytest.raises(SpecliError):
         specli.load(target="org/target", draft="org/other", device="cpu")
     assert calls and not any(_fetches_weights(c) for c in calls)
+
+
+# ----------------------------------------------------------------------------- no model there: a usage error
+
+
+@pytest.mark.parametrize("kind", ["missing path", "no config.json", "a file", "unknown embedded"])
+def test_no_model_where_the_user_pointed_is_a_usage_error(tmp_path, kind):
+    """Catches issue 20 #7: these exited 1 (a runtime failure); the user named something that is not
+    there, so exit 2. Still ModelLoadErrors, with the same messages."""
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "file.txt").write_text("x")
+    name, message = {
+        "missing path": (str(tmp_path / "nope"), "does not exist"),
+        "no config.json": (str(tmp_path / "notes"), "(no config.json)"),
+        "a file": (str(tmp_path / "file.txt"), "is a file, not a model folder"),
+        "unknown embedded": ("embedded:nope", "no embedded model named 'nope'"),
+    }[kind]
+    with pytest.raises(ModelLoadError) as info:
+        loading.resolve_source(name)
+    assert isinstance(info.value, UsageError) and info.value.exit_code == 2
+    assert message in info.value.message
