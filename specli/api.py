@@ -121,6 +121,7 @@ class Pair:
         self.head = head  # an EAGLE head (strategy eagle), beside the target's LM head
         self.head_name = head_name
         self.compile = compile  # static caches + torch.compile (docs/design.md §12)
+        self.later: _Later | None = None  # set by `load`: loads the preset's drafter or head on first use
         if compile:
             check_compile_strategy(self.strategy)
         if strategy == "self":
@@ -184,13 +185,7 @@ class Pair:
     def _checked(self, settings: Settings) -> Settings:
         """What only the loaded models can tell: a drafter model for 'draft'; for 'self', a supported
         target and an exit layer inside it. Fills exit_layer whenever the target can self-speculate."""
-        if settings.strategy == "draft" and self.draft is None:
-            raise UsageError("strategy 'draft' needs a drafter model.", "Pass --draft MODEL.")
-        if settings.strategy == "eagle" and self.head is None:
-            raise UsageError(
-                "strategy 'eagle' needs an EAGLE head.",
-                "Load the pair with strategy='eagle' and draft=HEAD (a folder, hub id or embedded:NAME).",
-            )
+        self._load_missing(settings.strategy)
         if self.compile:
             check_compile_strategy(settings.strategy)
         self._check_draft_length(settings)
@@ -207,6 +202,28 @@ class Pair:
                     f"Pick --exit-layer between 1 and {layers - 1}.",
                 )
         return settings
+
+    def _load_missing(self, strategy: str) -> None:
+        """The drafter ('draft') or EAGLE head ('eagle') `strategy` needs and the pair lacks: loaded now,
+        once, when the pair's preset names it (`_Later`); else UsageError naming the load that gives it."""
+        later = self.later
+        if strategy == "draft" and self.draft is None and not (later and later.load_drafter(self)):
+            raise UsageError(
+                "strategy 'draft' needs a drafter model, and this pair's preset names none.",
+                "Load the pair with specli.load(..., draft=MODEL).",
+            )
+        if strategy == "eagle" and self.head is None and not (later and later.load_head(self)):
+            raise UsageError(
+                "strategy 'eagle' needs an EAGLE head, and this pair's preset names none.",
+                "Load the pair with specli.load(..., strategy='eagle', draft=HEAD) (a folder, hub id or "
+                "embedded:NAME).",
+            )
+
+    def attach_drafter(self, draft_model: Any, name: str) -> None:
+        """Add a drafter model to a loaded pair (strategy 'draft' then runs with it)."""
+        self.draft_model, self.draft_name = draft_model, name
+        self.draft_max_positions = loading.model_max_positions(draft_model)
+        self.draft = _cached_lm(draft_model, name, self.draft_max_positions, self.compile)
 
     def _check_draft_length(self, settings: Settings) -> None:
         """UsageError when k cannot fit a model's context: a round verifies the last token + k drafts after
@@ -443,10 +460,12 @@ def load(
 
     `strategy` may name several strategies (bench runs them all on one pair): everything they need is
     loaded and the first becomes the pair's own. For 'eagle', `draft` names the EAGLE head (else the
-    preset's head). `dtype` applies to both models, `quant` to the target only. Tokenizers and head
-    shapes are checked before any weights load. download_bars(model) may return a tqdm class for
-    huggingface_hub's download bars. With device "auto" and several GPUs, a target too big for the
-    first GPU is split over as few GPUs as hold it (see `placement`), the drafter beside its LM head.
+    preset's head). A strategy left out whose drafter or head the preset names loads it on the first
+    generation that asks for it (once, with the same checks). `dtype` applies to both models, `quant` to
+    the target only. Tokenizers and head shapes are checked before any weights load. download_bars(model)
+    may return a tqdm class for huggingface_hub's download bars. With device "auto" and several GPUs, a
+    target too big for the first GPU is split over as few GPUs as hold it (see `placement`), the drafter
+    beside its LM head.
 
     `threads` sets torch's CPU threads for the process (torch.set_num_threads): a number, "auto" (the
     cores other processes left free while the models loaded, `specli.threads`; torch's default threads
@@ -488,6 +507,8 @@ def load(
         head_name=head.name if head is not None else None,
         compile=compile,
     )
+    if spec is not None:
+        pair.later = _Later(spec, models[0], fetcher, dtype, progress)
     k = pair.parallel_draft_tokens
     if draft is not None and k is not None:  # a drafter the preset did not pick brings its own k
         pair.speculation = pair.speculation.model_copy(update={"num_draft_tokens": k})
@@ -636,15 +657,7 @@ def _load_weights(
     (beside the target's LM head when split)."""
 
     def weights(model: ModelToLoad, **where: Any) -> Any:
-        return loading.load_model(
-            fetcher.folder(model, weights=True),
-            dtype=plan.dtype_for(model, device, fetcher.trust_remote_code),
-            quant=model.quant,
-            allow_pickle=fetcher.allow_pickle,
-            trust_remote_code=fetcher.trust_remote_code,
-            name=model.name,
-            **where,
-        )
+        return _model_weights(model, device, fetcher, **where)
 
     split = placement.max_memory if placement is not None else None  # None: whole on `device`
     target_model = weights(models[0], device=device, max_memory=split)
@@ -652,6 +665,20 @@ def _load_weights(
         return target_model, None
     draft_device = device if placement is None else plan.draft_device(target_model, placement)
     return target_model, weights(models[1], device=draft_device)
+
+
+def _model_weights(model: ModelToLoad, planned: torch.device, fetcher: _Fetcher, /, **where: Any) -> Any:
+    """One model's weights (fetched now if they were not), at the dtype `model` resolves to on the
+    `planned` device; `where`: load_model's device and max_memory."""
+    return loading.load_model(
+        fetcher.folder(model, weights=True),
+        dtype=plan.dtype_for(model, planned, fetcher.trust_remote_code),
+        quant=model.quant,
+        allow_pickle=fetcher.allow_pickle,
+        trust_remote_code=fetcher.trust_remote_code,
+        name=model.name,
+        **where,
+    )
 
 
 def _load_head(head: ModelToLoad, target_model: Any, fetcher: _Fetcher) -> EagleHead:
@@ -667,3 +694,53 @@ def _load_head(head: ModelToLoad, target_model: Any, fetcher: _Fetcher) -> Eagle
         device=device,
         name=head.name,
     )
+
+
+@dataclass(frozen=True)
+class _Later:
+    """What a pair's preset names for a strategy the pair was loaded without (its drafter, its EAGLE
+    head), loaded on first use with `load`'s own fetcher, progress bars and checks: configs and tokenizer
+    first, then the memory check against what the device has left, then the weights beside the target's
+    LM head (where the planner puts a drafter or head)."""
+
+    spec: Preset
+    target: ModelToLoad  # with its folder
+    fetcher: _Fetcher
+    dtype: str | None  # load's dtype argument (None: the preset's)
+    progress: bool
+
+    def load_drafter(self, pair: Pair) -> bool:
+        """Load the preset's drafter into `pair`; False when the preset names none."""
+        named = self.spec.draft if self.spec.strategy != "eagle" else None  # an eagle preset's is a head
+        if named is None:
+            return False
+        model = ModelToLoad(named.model, dtype=self.dtype or named.dtype, quant=named.quantization)
+        device = CachedLM(pair.target_model).output_device
+        with _progress_bars(self.progress, hub=self.fetcher.download_bars is None):
+            model = replace(model, folder=self.fetcher.folder(model))
+            head_formats.refuse_head_as_model(model.folder, model.name)
+            tokenizer = self.fetcher.tokenizer(model)
+            loading.check_tokenizers(pair.tokenizer, tokenizer, pair.target_name, model.name)
+            needs = plan.estimate_needs([model], device, self.fetcher.trust_remote_code)
+            plan.check_addition(needs or [], device, "specli.load(..., strategy='draft')")
+            pair.attach_drafter(_model_weights(model, device, self.fetcher, device=device), model.name)
+        return True
+
+    def load_head(self, pair: Pair) -> bool:
+        """Load the preset's EAGLE head into `pair`; False when the preset names none."""
+        named = self.spec.eagle_head
+        if named is None:
+            return False
+        head = ModelToLoad(named.model, dtype=self.dtype or named.dtype)
+        device = CachedLM(pair.target_model).output_device
+        trust = self.fetcher.trust_remote_code
+        with _progress_bars(self.progress, hub=self.fetcher.download_bars is None):
+            head = replace(head, folder=self.fetcher.folder(head))
+            target_config = loading.read_config(self.target.folder) or {}
+            config = head_formats.read_head_config(head.folder, target_config, name=head.name)
+            head_formats.check_head(config, target_config, head.name, pair.target_name)
+            head = replace(head, config=config)
+            need = plan.head_need(head, self.target, device, trust)
+            plan.check_addition([need], device, "specli.load(..., strategy='eagle')")
+            pair.head, pair.head_name = _load_head(head, pair.target_model, self.fetcher), head.name
+        return True

@@ -1,0 +1,79 @@
+"""A pair asked for a strategy it was not loaded with (issue 20 #18): what its preset names for that
+strategy (an EAGLE head, a drafter) loads on first use, once, through load's own fetcher and memory
+check; where the preset names nothing, the error says which `load(...)` call gives it. Embedded tiny
+models, CPU, offline."""
+
+from __future__ import annotations
+
+import pytest
+
+import specli
+from specli import memory
+from specli.errors import SpecliError, UsageError
+
+PROMPT = "def fibonacci(n):"
+TOKENS = 40
+
+
+def _recorder(names: list[str]):
+    """download_bars that records which models load fetches (and draws nothing)."""
+
+    def bars(name: str):
+        names.append(name)
+        return None
+
+    return bars
+
+
+def test_the_presets_eagle_head_loads_on_first_use_and_drafts_as_a_pair_loaded_for_eagle():
+    """Catches issue 20 #18: `specli.load().generate(strategy="eagle")` refused although the tiny preset
+    names a head. The head loads once (a second generation fetches nothing), the output is the target's
+    greedy output, and the rounds are those of a pair loaded with strategy 'eagle'."""
+    fetched: list[str] = []
+    pair = specli.load(device="cpu", download_bars=_recorder(fetched))
+    assert pair.head is None and "embedded:tiny-eagle3" not in fetched
+    result = pair.generate(PROMPT, strategy="eagle", max_new_tokens=TOKENS, fixed_k=True)
+    assert pair.head_name == "embedded:tiny-eagle3" and pair.strategy == "draft"
+    assert "embedded:tiny-eagle3" in fetched
+    head, count = pair.head, len(fetched)
+    again = pair.generate(PROMPT, strategy="eagle", max_new_tokens=TOKENS, fixed_k=True)
+    assert pair.head is head and len(fetched) == count  # loaded once
+    plain = pair.generate(PROMPT, strategy="none", max_new_tokens=TOKENS)
+    assert result.token_ids == again.token_ids == plain.token_ids
+    direct = specli.load(device="cpu", strategy="eagle").generate(PROMPT, max_new_tokens=TOKENS, fixed_k=True)
+    assert [r.drafted for r in result.rounds] == [r.drafted for r in direct.rounds]
+    assert result.stats.accepted > 0  # the head drafted, and the target kept some of it
+
+
+def test_the_presets_drafter_loads_on_first_use_for_a_pair_loaded_for_eagle():
+    pair = specli.load(device="cpu", strategy="eagle")
+    assert pair.draft is None
+    result = pair.generate(PROMPT, strategy="draft", max_new_tokens=TOKENS, fixed_k=True)
+    assert pair.draft_name == "embedded:tiny-draft"
+    plain = pair.generate(PROMPT, strategy="none", max_new_tokens=TOKENS)
+    assert result.token_ids == plain.token_ids and result.stats.accepted > 0
+
+
+def test_a_head_loaded_on_first_use_passes_the_memory_check(monkeypatch):
+    """The lazy load checks what the device has left; refused, it names the load that plans it with the
+    rest, and loads nothing. SPECLI_NO_MEMORY_CHECK=1 skips the check as at load time."""
+    pair = specli.load(device="cpu")
+    monkeypatch.setattr(memory, "free_bytes", lambda device: 1000)
+    with pytest.raises(SpecliError) as info:
+        pair.generate(PROMPT, strategy="eagle", max_new_tokens=4)
+    assert info.value.message.startswith("not enough memory to add embedded:tiny-eagle3")
+    assert "specli.load(..., strategy='eagle')" in info.value.hint
+    assert pair.head is None
+    monkeypatch.setenv("SPECLI_NO_MEMORY_CHECK", "1")
+    pair.generate(PROMPT, strategy="eagle", max_new_tokens=4)
+    assert pair.head is not None
+
+
+def test_without_a_preset_the_error_names_the_load_call():
+    pair = specli.load(target="embedded:tiny-target", draft="embedded:tiny-draft", device="cpu")
+    with pytest.raises(UsageError) as info:
+        pair.generate(PROMPT, strategy="eagle", max_new_tokens=4)
+    assert "specli.load(..., strategy='eagle', draft=HEAD)" in info.value.hint
+    none = specli.load(target="embedded:tiny-target", strategy="none", device="cpu")
+    with pytest.raises(UsageError, match=r"specli\.load\(\.\.\., draft=MODEL\)"):
+        none.generate(PROMPT, strategy="draft", max_new_tokens=4)
