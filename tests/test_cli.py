@@ -308,7 +308,7 @@ def test_a_drafter_named_alone_drafts_for_the_default_target():
     result = invoke(*args)
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["stats"]["strategy"] == "draft"
-    assert_user_error(invoke("generate", "hi", "--draft", "./somewhere"), 1, "'./somewhere' does not exist")
+    assert_user_error(invoke("generate", "hi", "--draft", "./somewhere"), 2, "'./somewhere' does not exist")
 
 
 def test_unknown_preset_lists_known_and_suggests_nearest():
@@ -342,12 +342,12 @@ def test_missing_preset_file(tmp_path):
     assert_user_error(invoke("generate", "hi", "--preset", str(tmp_path / "nope.yaml")), 2, "nope.yaml")
 
 
-def test_missing_model_folder_is_a_runtime_error(tmp_path, tiny_pair):
+def test_missing_model_folder_is_a_usage_error(tmp_path, tiny_pair):
     missing = tmp_path / "no-such-model"
-    assert_user_error(invoke("generate", "hi", "--target", str(missing)), 1, str(missing))
+    assert_user_error(invoke("generate", "hi", "--target", str(missing)), 2, str(missing))
     # the drafter is checked too
     assert_user_error(
-        invoke("generate", "hi", "--target", str(tiny_pair[0]), "--draft", str(missing)), 1, str(missing)
+        invoke("generate", "hi", "--target", str(tiny_pair[0]), "--draft", str(missing)), 2, str(missing)
     )
 
 
