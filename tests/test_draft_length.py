@@ -3,6 +3,8 @@ threshold, and that any of it leaves the output the target's own."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 from conftest import make_model
@@ -97,6 +99,63 @@ def test_costs_fitted_from_one_k_assume_an_autoregressive_line():
     verify = 4 * VERIFY_SLOPE * 1.0  # 4 more tokens, each VERIFY_SLOPE of the verify time seen
     assert ar.cost(8) - ar.cost(4) == pytest.approx(0.4 + verify)  # draft time doubles with k
     assert par.cost(8) - par.cost(4) == pytest.approx(verify)
+
+
+def linear_timings(u: float, a: float, b: float, parallel: bool = False, p: float = 0.85) -> DraftLength:
+    """A controller fed rounds of several k whose times are exactly linear: drafting u per token (per round
+    when parallel), verifying n tokens a + b·n. Acceptance: each draft kept with probability p (a fixed
+    seed, so every call sees the same rounds)."""
+    length, rng = DraftLength(6, parallel=parallel), random.Random(0)
+    for k in (6, 4, 2, 5, 3, 1) * 8:
+        accepted = next(i for i in range(k + 1) if i == k or rng.random() > p)
+        length.observe(k, accepted, u if parallel else u * k, a + b * (k + 1))
+    return length
+
+
+@pytest.mark.parametrize("parallel", [False, True], ids=["autoregressive", "parallel"])
+@pytest.mark.parametrize(("a", "b"), [(1.0, 0.1), (0.5, 0.3), (-0.2, 0.3)])
+def test_costs_are_the_linear_timings_they_were_fed(parallel, a, b):
+    """Exactly linear times give back exactly their line: draft(k) + a + b·(k+1), in seconds (not only its
+    differences). A fit whose intercept changes sign, or that files a verify of k+1 tokens under another
+    length, is off by at least b."""
+    u = 0.07
+    length = linear_timings(u, a, b, parallel)
+    for k in range(1, 7):
+        draft = u if parallel else u * k
+        assert length.cost(k) == pytest.approx(draft + a + b * (k + 1), rel=1e-9, abs=1e-12), k
+
+
+def test_costs_seen_at_one_length_are_that_lengths_mean():
+    """Only k = 4 seen (5 tokens verified): cost(4) is exactly the draft and verify times measured there;
+    other k extrapolate VERIFY_SLOPE of that verify time per token."""
+    ar, par = DraftLength(8), DraftLength(8, parallel=True)
+    for length in (ar, par):
+        feed(length, 5, 4, 4, 0.4, 1.0)
+    assert ar.cost(4) == pytest.approx(0.4 + 1.0) and par.cost(4) == pytest.approx(0.4 + 1.0)
+    assert ar.cost(2) == pytest.approx(0.2 + 1.0 - 2 * VERIFY_SLOPE)
+    assert par.cost(7) == pytest.approx(0.4 + 1.0 + 3 * VERIFY_SLOPE)
+
+
+def test_the_choice_flips_at_the_break_even_draft_cost():
+    """Near the draft cost per token u* at which drafting 3 and drafting 4 give the same expected tokens per
+    second (from the controller's own E(k) and the true linear costs), the controller drafts 4 just below
+    u* and 3 just above it. A cost line off by a constant, or with its intercept's sign flipped, moves
+    the break-even point past one side."""
+    a, b = 1.0, 0.1
+    fed = linear_timings(0.1, a, b)
+    e = [fed.expected_tokens(j) for j in range(7)]
+    k = 3
+    u_star = (e[k + 1] * (a + b * (k + 1)) - e[k] * (a + b * (k + 2))) / (e[k] * (k + 1) - e[k + 1] * k)
+    assert 0.1 < u_star < 0.4  # a draft cost where this choice is a real one
+
+    def best(u: float) -> int:  # the k maximizing E(k) / cost(k) under the true costs
+        return max(range(1, 7), key=lambda j: (e[j] / (u * j + a + b * (j + 1)), -j))
+
+    for u, expected in ((u_star * 0.98, k + 1), (u_star * 1.02, k)):
+        length = linear_timings(u, a, b)
+        assert [length.expected_tokens(j) for j in range(7)] == pytest.approx(e)  # same acceptance
+        assert best(u) == expected
+        assert length.choose(100) == (expected, "cost model"), u
 
 
 # --------------------------------------------------------------------------- through the engine

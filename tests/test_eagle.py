@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import io
 import json
+from functools import partial
 
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import make_model
 from rich.console import Console
 from test_lossless_sampling import exact_joint, g_test_pvalue
@@ -34,17 +36,81 @@ ARCHS = ["llama", "qwen2", "qwen3"]
 HEADS = ["eagle1", "eagle3", "eagle3-reduced"]
 
 
+def reduced_vocabulary(vocab: int, seed: int) -> torch.Tensor:
+    """The target ids of make_head's reduced draft vocabulary (a random 3/4 of vocab, ascending): draft id
+    i is the i-th of them. Known from how the head was built, not read back through its d2t."""
+    g = torch.Generator().manual_seed(seed + 1)
+    return torch.randperm(vocab, generator=g)[: vocab * 3 // 4].sort().values
+
+
 def make_head(target, which: str, seed: int = 0, std: float = 0.05) -> EagleHead:
-    """A random head shaped for target; 'eagle3-reduced' drafts over a random 3/4 of the vocabulary."""
+    """A random head shaped for target; 'eagle3-reduced' drafts over reduced_vocabulary(vocab, seed)."""
     kind = which.split("-")[0]
     vocab = target.get_output_embeddings().weight.shape[0]
     reduced = which.endswith("reduced")
     config = head_config(target, kind, vocab * 3 // 4 if reduced else vocab, 96)
     head = init_weights(EagleHead(config), std=std, seed=seed).eval()
     if reduced:
-        g = torch.Generator().manual_seed(seed + 1)
-        set_vocabulary(head, torch.randperm(vocab, generator=g)[: config.draft_vocab_size].sort().values)
+        set_vocabulary(head, reduced_vocabulary(vocab, seed))
     return head
+
+
+def vocabulary_from_mask(head: EagleHead) -> torch.Tensor | None:
+    """The target id of each draft id [V_draft], from the head's t2d mask (the test heads' draft
+    vocabularies are ascending target ids, as set_vocabulary writes them); None for a full vocabulary.
+    Independent of d2t and of head.draft_to_target(), which the drafter uses."""
+    if not head.config.reduced_vocab:
+        return None
+    ids = torch.nonzero(head.t2d).flatten()
+    assert ids.numel() == head.config.draft_vocab_size
+    return ids
+
+
+def to_target_ids(head: EagleHead, choice: torch.Tensor) -> list[int]:
+    """Draft ids -> target ids through vocabulary_from_mask (never through d2t)."""
+    ids = vocabulary_from_mask(head)
+    return (ids[choice] if ids is not None else choice).reshape(-1).tolist()
+
+
+def target_features(target, layers, ids: list[int]) -> torch.Tensor:
+    """The target's features [n, F] of ids (its hidden states entering `layers`, concatenated), from one
+    full forward without a cache."""
+    with torch.no_grad():
+        hidden = target(torch.tensor([ids]), output_hidden_states=True).hidden_states
+    return torch.cat([hidden[i][0] for i in layers], -1)
+
+
+def fit_to_target(head: EagleHead, target, prompt: list[int], n: int = 30, steps: int = 40) -> EagleHead:
+    """Fit the head (all its weights, a fraction of a second) to the target's greedy continuation of
+    prompt: slot t reads (feature of x_t, x_{t+1}) and learns x_{t+2}, for every slot of that text. Its
+    first draft of each round is then right (where the token lies in its draft vocabulary), its chain
+    mostly not: rounds accept some drafts and reject others, and the drafts still depend on every
+    feature and token the head is given."""
+    context = prompt + reference(target, prompt, n)
+    features = target_features(target, head.config.aux_layers, context[:-1])  # [T-1, F]
+    embed = getattr(head, "embed_tokens", None)
+    embed = embed if embed is not None else target.get_input_embeddings()
+    with torch.no_grad():
+        embeds = embed(torch.tensor(context[1:]))  # [T-1, H]
+    lm_head = target.get_output_embeddings()
+    frozen = torch.nn.Linear(lm_head.in_features, lm_head.out_features, bias=False).requires_grad_(False)
+    frozen.weight.copy_(lm_head.weight.detach())  # eagle1 drafts through it; it is not fitted
+    labels = torch.tensor(context[2:])  # slot t's next-but-one token
+    ids = vocabulary_from_mask(head)
+    if ids is not None:  # draft ids; tokens outside the draft vocabulary are not learned
+        lookup = torch.full((head.config.target_vocab_size,), -100)
+        lookup[ids] = torch.arange(ids.numel())
+        labels = lookup[labels]
+    head.train()
+    optimizer = torch.optim.Adam(head.parameters(), lr=1e-2)
+    positions = torch.arange(len(context) - 1)
+    for _ in range(steps):
+        states = head.step(embeds, head.fuse(features), positions, HeadCache())  # [T-1, H]
+        loss = F.cross_entropy(head.draft_logits(states[:-1], frozen), labels, ignore_index=-100)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return head.eval()
 
 
 def reference(target, prompt: list[int], n: int) -> list[int]:
@@ -73,7 +139,8 @@ def test_greedy_identity(target, which, k):
 
 def independent_drafts(target, head: EagleHead, context: list[int], k: int) -> list[int]:
     """What the head drafts after `context` from scratch: the target's features of context[:-1] in one
-    full forward, the head over every (feature, next token) pair, then its greedy chain of k."""
+    full forward, the head over every (feature, next token) pair, then its greedy chain of k. Draft ids
+    become target ids through the t2d mask, not through the head's own d2t mapping."""
     with torch.no_grad():
         hidden = target(torch.tensor([context[:-1]]), output_hidden_states=True).hidden_states
         features = torch.cat([hidden[i][0] for i in head.config.aux_layers], -1)
@@ -81,30 +148,74 @@ def independent_drafts(target, head: EagleHead, context: list[int], k: int) -> l
         cache = HeadCache()
         n = len(context) - 1
         state = head.step(embed(torch.tensor(context[1:])), head.fuse(features), torch.arange(n), cache)[-1:]
-        ids = head.draft_to_target()
         drafted = []
         for i in range(k):
-            choice = int(head.draft_logits(state, lm_head)[-1].argmax())
-            token = int(ids[choice]) if ids is not None else choice
+            (token,) = to_target_ids(head, head.draft_logits(state, lm_head)[-1].argmax())
             drafted.append(token)
             state = head.step(embed(torch.tensor([token])), state, torch.tensor([n + i]), cache)
     return drafted
 
 
+def check_rounds_against_recomputation(rounds, prompt: list[int], fresh) -> None:
+    """Each round's drafts equal fresh(context, k), the head recomputed from scratch over the committed
+    context; rounds accepted drafts (and a later round was checked after each such commit) and rejected
+    drafts, so a commit that loses the features of accepted drafts is seen."""
+    context, after_accept, previous = list(prompt), 0, None
+    outcomes = set()
+    for r in rounds:
+        if r.drafted:
+            assert r.drafted == fresh(context, len(r.drafted)), r.index
+            after_accept += previous is not None and previous.accepted > 0
+            outcomes |= {"accepted"} if r.accepted else set()
+            outcomes |= {"rejected"} if r.accepted < len(r.drafted) else set()
+        context += r.committed
+        previous = r
+    assert outcomes == {"accepted", "rejected"}
+    assert after_accept >= 3
+
+
 @pytest.mark.parametrize("which", HEADS)
 def test_each_round_drafts_from_the_true_features_of_the_committed_context(which):
-    """A head whose cache kept its own chain, or that continued from its estimates instead of the target's
-    features, drafts differently from this recomputation."""
+    """A head whose cache kept its own chain, that continued from its estimates instead of the target's
+    features, or that lost the features of the accepted drafts, drafts differently from this
+    recomputation. The head is fitted to the target's text, so rounds accept drafts."""
     target = make_model("llama", 384, layers=5, seed=4, eos_token_id=None).eval()
-    head = make_head(target, which, std=0.2)
     prompt = [3, 44, 17, 250, 9, 81, 12]
+    head = fit_to_target(make_head(target, which, std=0.2), target, prompt)
     config = EngineConfig(max_new_tokens=30, num_draft_tokens=3)
     drafter = EagleDrafter(head, target)
-    context = list(prompt)
-    for r in generate_rounds(CachedLM(target), drafter, prompt, config, StopCriteria(set())):
-        if r.drafted:
-            assert r.drafted == independent_drafts(target, head, context, len(r.drafted)), r.index
-        context += r.committed
+    rounds = generate_rounds(CachedLM(target), drafter, prompt, config, StopCriteria(set()))
+    check_rounds_against_recomputation(rounds, prompt, partial(independent_drafts, target, head))
+
+
+def check_commit(target, head: EagleHead, accepted: int, fresh, k: int = 3) -> None:
+    """The drafter alone, as the engine drives it: prefill features, propose k, the verify forward's
+    features of [pending, d_1..d_k], commit(accepted, token). Its next proposal must be fresh(context, k)
+    for the context the commit left: prompt + d_1..d_accepted + token."""
+    prompt = [3, 44, 17, 250, 9, 81, 12]
+    layers = head.config.aux_layers
+    drafter = EagleDrafter(head, target)
+    drafter.reset(prompt)
+    drafter.observe_features(target_features(target, layers, prompt[:-1]))  # the prefill's
+    drafts = drafter.propose(k, SamplingConfig(), None).ids.tolist()
+    assert len(drafts) == k
+    verified = target_features(target, layers, prompt + drafts)[len(prompt) - 1 :]  # [k+1, F]
+    drafter.observe_features(verified)
+    token = 100 if accepted == k or drafts[accepted] != 100 else 101  # the correction or bonus
+    drafter.commit(accepted, token)
+    context = prompt + drafts[:accepted] + [token]
+    assert drafter.propose(k, SamplingConfig(), None).ids.tolist() == fresh(context, k)
+
+
+@pytest.mark.parametrize("which", HEADS)
+@pytest.mark.parametrize("accepted", [0, 1, 3])
+def test_commit_keeps_the_features_of_pending_and_the_accepted_drafts(which, accepted):
+    """commit(accepted, token) queues the verify forward's features of pending, d_1..d_accepted, each
+    paired with the token after it, and drops the rest (and the chain): the next draft is the head's
+    from scratch over the committed context."""
+    target = make_model("llama", 384, layers=5, seed=4, eos_token_id=None).eval()
+    head = make_head(target, which, std=0.2)
+    check_commit(target, head, accepted, partial(independent_drafts, target, head))
 
 
 V = 8
@@ -137,7 +248,7 @@ def test_sampling_follows_the_target_distribution(which):
 def test_reduced_vocabulary_drafts_only_inside_it():
     target = make_model("llama", 384, layers=5, seed=4, eos_token_id=None).eval()
     head = make_head(target, "eagle3-reduced", std=0.3)
-    inside = set(head.draft_to_target().tolist())
+    inside = set(reduced_vocabulary(384, seed=0).tolist())  # as built, not as d2t maps it
     config = EngineConfig(max_new_tokens=20, num_draft_tokens=4, sampling=SamplingConfig(1.0), seed=0)
     rounds = list(
         generate_rounds(CachedLM(target), EagleDrafter(head, target), [5, 6, 7], config, StopCriteria(set()))
@@ -170,6 +281,9 @@ def test_api_and_cli_run_a_head_from_disk_losslessly(tiny_pair, head_dirs, which
     result = pair.generate(prompt_ids=ids, max_new_tokens=20, num_draft_tokens=3)
     assert result.token_ids == expected and result.stats.drafted > 0
     assert pair.head_name == str(head_dirs[which])
+    if which == "eagle3-reduced":  # drafts mapped through the d2t read from disk: in the vocabulary built
+        vocabulary = set(reduced_vocabulary(len(pair.tokenizer), seed=0).tolist())
+        assert all(t in vocabulary for r in result.rounds for t in r.drafted)
     out = CliRunner().invoke(
         app,
         ["generate", "def fibonacci(n):", "--target", str(target_dir), "--strategy", "eagle", "--draft",
@@ -197,7 +311,7 @@ def test_views_name_the_target_layers_and_tokens_outside_the_draft_vocabulary(ti
     pair.eos_ids = set()
     ids = pair.encode("def fibonacci(n):", chat=False)
     rounds = list(pair.stream(prompt_ids=ids, max_new_tokens=60, num_draft_tokens=3, record_top=3))
-    vocab = set(pair.head.draft_to_target().tolist())
+    vocab = set(reduced_vocabulary(len(pair.tokenizer), seed=0).tolist())  # as built, not through d2t
     outside = [r for r in rounds if r.kind is TokenKind.CORRECTION and r.token not in vocab]
     inside = [r for r in rounds if r.kind is TokenKind.CORRECTION and r.token in vocab]
     assert outside and inside  # a 3/4 vocabulary: both happen in 60 tokens

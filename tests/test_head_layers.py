@@ -7,13 +7,20 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from functools import partial
 
 import pytest
 import torch
 from conftest import make_model
 from safetensors import safe_open
 from safetensors.torch import save_file
-from test_eagle import independent_drafts, reference
+from test_eagle import (
+    check_commit,
+    check_rounds_against_recomputation,
+    fit_to_target,
+    independent_drafts,
+    reference,
+)
 from test_parallel_drafting import independent_peagle_drafts
 
 from specli.cached_lm import CachedLM
@@ -106,18 +113,25 @@ def test_greedy_output_is_the_targets(target, parallel, k):
 @pytest.mark.parametrize("parallel", [False, True], ids=["eagle3", "peagle"])
 def test_each_round_drafts_from_the_true_features_of_the_committed_context(parallel):
     """Each round's drafts equal the head recomputed from scratch over the committed context's true target
-    features: a layer whose cache kept the last round's chain (or placeholders) drafts differently."""
+    features: a layer whose cache kept the last round's chain (or placeholders), or lost the features of
+    the accepted drafts, drafts differently. The head is fitted to the target's text, so rounds accept
+    drafts and reject others."""
+    target = make_model("llama", 384, layers=5, seed=4, eos_token_id=None).eval()
+    prompt = [3, 44, 17, 250, 9, 81, 12]
+    head = fit_to_target(make_deep_head(target, parallel=parallel, std=0.2), target, prompt)
+    fresh = independent_peagle_drafts if parallel else independent_drafts
+    rounds = run(target, head, prompt, 3, n=30)
+    check_rounds_against_recomputation(rounds, prompt, partial(fresh, target, head))
+
+
+@pytest.mark.parametrize("parallel", [False, True], ids=["eagle3", "peagle"])
+@pytest.mark.parametrize("accepted", [0, 1, 3])
+def test_commit_keeps_the_features_of_pending_and_the_accepted_drafts(parallel, accepted):
+    """Every layer's cache: after commit(accepted, token) the next draft is the head's from scratch."""
     target = make_model("llama", 384, layers=5, seed=4, eos_token_id=None).eval()
     head = make_deep_head(target, parallel=parallel, std=0.2)
-    prompt = [3, 44, 17, 250, 9, 81, 12]
-    context, checked = list(prompt), 0
-    for r in run(target, head, prompt, 3, n=30):
-        if r.drafted:
-            fresh = independent_peagle_drafts if parallel else independent_drafts
-            assert r.drafted == fresh(target, head, context, len(r.drafted)), r.index
-            checked += 1
-        context += r.committed
-    assert checked > 3
+    fresh = independent_peagle_drafts if parallel else independent_drafts
+    check_commit(target, head, accepted, partial(fresh, target, head))
 
 
 def test_every_layer_is_cut_back_together():

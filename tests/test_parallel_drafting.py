@@ -6,11 +6,18 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import replace
+from functools import partial
 
 import pytest
 import torch
 from conftest import make_model, save_model
-from test_eagle import reference
+from test_eagle import (
+    check_commit,
+    check_rounds_against_recomputation,
+    fit_to_target,
+    reference,
+    to_target_ids,
+)
 from test_lossless_sampling import exact_joint, g_test_pvalue
 
 import specli
@@ -175,19 +182,29 @@ def independent_peagle_drafts(target, head: EagleHead, context: list[int], k: in
         fill = torch.cat([head.fuse(features), head.placeholders(k - 1)])
         states = head.step(head.embed_tokens(tokens), fill, torch.arange(n + k - 1), HeadCache())
         choice = head.draft_logits(states[n - 1 :]).argmax(-1)
-        ids = head.draft_to_target()
-    return (ids[choice] if ids is not None else choice).tolist()
+    return to_target_ids(head, choice)  # through the t2d mask, not the head's d2t
 
 
-def test_peagle_drafts_from_the_true_features_and_fresh_placeholders():
+@pytest.mark.parametrize("reduced", [False, True], ids=["full", "reduced"])
+def test_peagle_drafts_from_the_true_features_and_fresh_placeholders(reduced):
+    """Each round's drafts equal the head over the committed context's true features and fresh
+    placeholders. The head is fitted to the target's text, so rounds accept drafts (a commit that lost
+    the accepted drafts' features would show) and reject others."""
+    target = make_model("llama", 384, layers=5, seed=4, eos_token_id=None).eval()
+    prompt = [3, 44, 17, 250, 9, 81, 12]
+    head = fit_to_target(make_peagle(target, std=0.2, reduced=reduced), target, prompt)
+    check_rounds_against_recomputation(
+        run(target, EagleDrafter(head, target), prompt, 3, n=30),
+        prompt,
+        partial(independent_peagle_drafts, target, head),
+    )
+
+
+@pytest.mark.parametrize("accepted", [0, 1, 3])
+def test_peagle_commit_keeps_the_features_of_pending_and_the_accepted_drafts(accepted):
     target = make_model("llama", 384, layers=5, seed=4, eos_token_id=None).eval()
     head = make_peagle(target, std=0.2, reduced=True)
-    prompt = [3, 44, 17, 250, 9, 81, 12]
-    context = list(prompt)
-    for r in run(target, EagleDrafter(head, target), prompt, 3, n=30):
-        if r.drafted:
-            assert r.drafted == independent_peagle_drafts(target, head, context, len(r.drafted)), r.index
-        context += r.committed
+    check_commit(target, head, accepted, partial(independent_peagle_drafts, target, head))
 
 
 def test_peagle_runs_one_head_forward_per_round():
