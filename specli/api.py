@@ -15,6 +15,7 @@ tokenizers only) -> plan (memory and GPUs, `specli.plan`) -> weights.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -23,8 +24,8 @@ from typing import Any
 import torch
 
 from specli import head_formats, loading, plan
-from specli.cached_lm import CachedLM, check_sliding_rollback
-from specli.drafters.base import Drafter
+from specli.cached_lm import CachedLM, check_sliding_rollback, synchronize
+from specli.drafters.base import Drafter, ReadsTargetFeatures
 from specli.drafters.draft_model import (
     PARALLEL_K_DEFAULT,
     DraftModelDrafter,
@@ -319,6 +320,7 @@ class Pair:
         )
         drafter = self._drafter(settings, len(ids) + settings.max_new_tokens + settings.num_draft_tokens)
         self._reserve(len(ids), settings)
+        self._warm_up(settings, drafter)  # normally done: compiles nothing once warm_up() ran for settings
         criteria = StopCriteria(self.eos_ids, settings.stop, self.decode)
         rounds = generate_rounds(self.target, drafter, ids, config, criteria, self.max_positions)
         return self._with_text(rounds)
@@ -333,6 +335,45 @@ class Pair:
             if lm is not None and lm.static:
                 lm.reserve(min(wanted, limit + k + 2) if limit else wanted)
                 lm.compiled_tokens = k + 1
+
+    def warm_up(
+        self,
+        prompt: str | None = None,
+        *,
+        prompt_ids: Sequence[int] | None = None,
+        settings: Settings | None = None,
+        **overrides: Any,
+    ) -> float:
+        """With compile: build every compiled forward a generation with these settings can run (each
+        verify length up to k + 1, the drafter's steps, over caches sized for the prompt), so none is
+        built inside its rounds; `stream` does it too, but then inside the caller's clock. Takes
+        `stream`'s arguments; returns the seconds it took (0.0 when everything was built already, and
+        without compile). torch caches compiled code on disk: a later process compiles much faster."""
+        if not self.compile:
+            return 0.0
+        settings = self._resolve(settings, overrides)
+        ids = self.prompt_ids(prompt, prompt_ids=prompt_ids, chat=settings.chat)
+        drafter = self._drafter(settings, len(ids) + settings.max_new_tokens + settings.num_draft_tokens)
+        self._reserve(len(ids), settings)
+        start = time.perf_counter()
+        if self._warm_up(settings, drafter) == 0:
+            return 0.0
+        synchronize(self.target.device)
+        return time.perf_counter() - start
+
+    def _warm_up(self, settings: Settings, drafter: Drafter | None) -> int:
+        """Warm every compiled forward the engine will call for `settings` (CachedLM.warm_up); returns
+        how many forwards that ran. Target: verifies of 1 .. k + 1 tokens (one under strategy none), with
+        hidden states for a feature-reading drafter (EAGLE). Draft model: single steps of 1 .. k + 1
+        tokens (its unseen tokens, last position only), or a parallel drafter's passes of 1 .. k + 1."""
+        if not self.compile:
+            return 0
+        k = settings.num_draft_tokens
+        verify = range(1, 2) if settings.strategy == "none" else range(1, k + 2)
+        ran = self.target.warm_up(verify, features=isinstance(drafter, ReadsTargetFeatures))
+        if isinstance(drafter, DraftModelDrafter) and self.draft is not None:
+            ran += self.draft.warm_up(range(1, k + 2), last_only=not drafter.parallel)
+        return ran
 
     def _with_text(self, rounds: Iterator[Round]) -> Iterator[Round]:
         """The engine's rounds with `text` filled in (the engine itself never decodes)."""

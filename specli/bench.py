@@ -28,8 +28,9 @@ import transformers
 from specli import __version__
 from specli.cached_lm import synchronize
 from specli.errors import UsageError
-from specli.events import Stats, expected_acceptance_length
+from specli.events import Stats
 from specli.render.words import count
+from specli.static_cache import compiled_graphs
 
 if TYPE_CHECKING:
     from specli.api import Pair
@@ -106,6 +107,7 @@ class Measurement:
     output: list[int] = field(repr=False)
     num_draft_tokens: int | None = None  # set in a k sweep: the k this run used
     error: str | None = None  # a transformers mode that failed
+    compiled: bool = False  # torch.compile built a graph during the timed run: not steady-state time
 
     @property
     def label(self) -> str:
@@ -136,6 +138,7 @@ class Measurement:
             "position_accepted": list(s.position_accepted),
             "position_judged": list(s.position_judged),
             "output_tokens": len(self.output),
+            "compiled": self.compiled,
         }
 
 
@@ -231,6 +234,8 @@ def measure(
     stats = Stats()
     output: list[int] = []
     device = pair.target.device
+    pair.warm_up(prompt_ids=ids, settings=settings)  # compile (if ever) outside the clock
+    graphs = compiled_graphs()
     synchronize(device)
     start = time.perf_counter()
     for r in pair.stream(prompt_ids=ids, settings=settings):
@@ -238,7 +243,10 @@ def measure(
         output += r.committed
     synchronize(device)
     elapsed = time.perf_counter() - start
-    return Measurement(prompt.id, prompt.category, strategy, repeat, elapsed, stats, output, k)
+    compiled = compiled_graphs() > graphs  # torch built a graph inside the timed run
+    return Measurement(
+        prompt.id, prompt.category, strategy, repeat, elapsed, stats, output, k, compiled=compiled
+    )
 
 
 def encode_prompts(
@@ -404,12 +412,18 @@ def _strategy_metrics(strategy: str, runs: list[Measurement]) -> dict[str, Any]:
         "other_time_s": max(0.0, elapsed - draft_t - verify_t - median.prefill_time),
         "per_position_acceptance": every.per_position_acceptance,
         "per_position_accept_prob": every.per_position_accept_prob,
+        "expected_tokens_per_round": every.expected_tokens_per_round,
+        "compiled_runs": sum(m.compiled for m in runs),
     }
 
 
-def _costs(metrics: dict[str, Any], base: dict[str, Any] | None, k: int) -> dict[str, float | None]:
-    """speedup, c and v in plain target steps, the bound E(α,k)/(k c + v) with α = accept_prob (the
-    per-judged-draft probability E needs; acceptance_rate would understate it) and the efficiency."""
+def _costs(metrics: dict[str, Any], base: dict[str, Any] | None) -> dict[str, float | None]:
+    """speedup, c and v in plain target steps, the bound and the efficiency (speedup / bound).
+
+    The bound is Leviathan et al.'s E(α,k)/(k·c + v) over the rounds as drafted: mean E(α, k_round)
+    (each round at its own drafted k; α = accept_prob, the per-judged-draft probability E needs) over
+    mean k · c + v. At a fixed k it is E(α,k)/(k·c + v). No efficiency for a row whose timed runs
+    compiled something (their time is not the steady state's)."""
     speedup = (
         metrics["tokens_per_second"] / base["tokens_per_second"]
         if base and base["tokens_per_second"]
@@ -420,9 +434,10 @@ def _costs(metrics: dict[str, Any], base: dict[str, Any] | None, k: int) -> dict
     step = base["elapsed_s"] / base["tokens"]  # seconds per plain target step
     c = metrics["draft_time_s"] / metrics["drafted"] / step if metrics["drafted"] else 0.0
     v = metrics["verify_time_s"] / metrics["rounds"] / step if metrics["rounds"] else 0.0
-    cost = k * c + v
-    bound = expected_acceptance_length(metrics["accept_prob"], k) / cost if cost > 0 else None
-    efficiency = speedup / bound if bound and speedup else None
+    cost = (metrics["drafted"] / metrics["rounds"] if metrics["rounds"] else 0.0) * c + v  # per round
+    bound = metrics["expected_tokens_per_round"] / cost if cost > 0 else None
+    steady = not metrics.get("compiled_runs") and not base.get("compiled_runs")
+    efficiency = speedup / bound if bound and speedup and steady else None
     return {"speedup": speedup, "c": c, "v": v, "bound": bound, "efficiency": efficiency}
 
 
@@ -443,7 +458,7 @@ def summarize(measurements: list[Measurement], k: int) -> dict[str, dict[str, di
             per[label]["num_draft_tokens"] = runs[0].num_draft_tokens or k
         base = per.get(BASELINE)
         for metrics in per.values():
-            metrics.update(_costs(metrics, base, metrics["num_draft_tokens"]))
+            metrics.update(_costs(metrics, base))
         out[category] = per
     return out
 

@@ -82,6 +82,7 @@ class CachedLM:
         self._static = StaticStore(model.config, static_length) if static_length is not None else None
         self._compiled = compile_call(model) if compile else None
         self.compiled_tokens = COMPILED_TOKENS  # the longest forward the compiled path takes
+        self._warm: set[tuple[int, bool, bool, int]] = set()  # (n, last_only, features, capacity) built
 
     @property
     def static(self) -> bool:
@@ -116,6 +117,34 @@ class CachedLM:
     @property
     def vocab_size(self) -> int:
         return self.model.get_output_embeddings().weight.shape[0]
+
+    def warm_up(self, lengths: range, *, last_only: bool = False, features: bool = False) -> int:
+        """Run every compiled forward of `lengths` tokens (the variant the engine will call: last_only, or
+        with the hidden states, `forward_features`) once over the static cache, so that no graph is built
+        during a generation; CUDA graphs are recorded too (three calls each). Lengths already warm on this
+        cache are skipped. Returns how many forwards ran (0: nothing was new). The cache is left for the
+        next `new_cache()` to reset. A no-op without compile."""
+        if self._compiled is None or self._static is None:
+            return 0
+        capacity = self._static.capacity
+        todo = [
+            n
+            for n in lengths
+            if 1 <= n <= self.compiled_tokens and (n, last_only, features, capacity) not in self._warm
+        ]
+        if not todo:
+            return 0
+        cache = self.new_cache()
+        calls = 3 if self.device.type == "cuda" else 1  # cudagraph trees: warm-up, record, replay
+        with _grad_mode(cache):
+            self._run(torch.zeros(1, dtype=torch.long), cache, last_only=True)  # eager: the cache exists
+            extra = {"output_hidden_states": True} if features else {}
+            for n in todo:
+                for _ in range(calls):
+                    self._run(torch.zeros(n, dtype=torch.long), cache, last_only, **extra)
+                    self.rewind(cache, n)
+                self._warm.add((n, last_only, features, capacity))
+        return len(todo) * calls
 
     def new_cache(self) -> AnyCache:
         """An empty cache for a new generation. Static: the model's one StaticCache back at position 0

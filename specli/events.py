@@ -213,6 +213,23 @@ class Stats:
         return self.accepted / judged if judged else 0.0
 
     @property
+    def rounds_by_drafted(self) -> list[int]:
+        """[j] = rounds that drafted exactly j tokens, j = 0 .. the longest draft (from position_drafted:
+        the rounds that drafted position i are those that drafted more than i)."""
+        reached = [self.rounds, *self.position_drafted, 0]
+        return [reached[j] - reached[j + 1] for j in range(len(reached) - 1)]
+
+    @property
+    def expected_tokens_per_round(self) -> float:
+        """The mean over rounds of E(α, k) at each round's own drafted k: τ's expectation for these very
+        rounds when drafts are kept independently with probability α (0.0 without rounds)."""
+        if not self.rounds:
+            return 0.0
+        alpha = self.accept_prob
+        by_k = self.rounds_by_drafted
+        return sum(n * expected_acceptance_length(alpha, k) for k, n in enumerate(by_k)) / self.rounds
+
+    @property
     def mean_acceptance_length(self) -> float:
         """Committed tokens per round (plain decoding: 1.0)."""
         return self.tokens / self.rounds if self.rounds else 0.0

@@ -33,7 +33,7 @@ SETTINGS_KEYS = {
 RUN_KEYS = {
     "prompt_id", "category", "strategy", "repeat", "tokens", "rounds", "drafted", "accepted", "rejections",
     "elapsed_s", "draft_time_s", "verify_time_s", "position_drafted", "position_accepted", "output_tokens",
-    "num_draft_tokens", "position_judged", "prefill_time_s",
+    "num_draft_tokens", "position_judged", "prefill_time_s", "compiled",
 }  # fmt: skip
 
 
@@ -100,9 +100,11 @@ def m(strategy, prompt="1", tokens=10, rounds=10, drafted=0, accepted=0, rejecti
       draft=0.0, verify=1.0, repeat=0):  # fmt: skip
     stats = Stats(
         rounds=rounds, drafted=drafted, accepted=accepted, rejections=rejections, tokens=tokens,
-        draft_time=draft, verify_time=verify, position_drafted=[drafted // max(rounds, 1)],
-        position_accepted=[accepted // max(rounds, 1)],
-    )  # fmt: skip
+        draft_time=draft, verify_time=verify, position_drafted=[rounds] * (drafted // max(rounds, 1)),
+        position_accepted=([accepted // max(rounds, 1)] + [0] * (drafted // max(rounds, 1) - 1))[
+            : drafted // max(rounds, 1)
+        ],
+    )  # every round drafted drafted // rounds  # fmt: skip
     return b.Measurement(prompt, "c", strategy, repeat, elapsed, stats, [1] * tokens)
 
 
@@ -122,6 +124,46 @@ def test_summary_speedup_costs_and_bound():
     bound = expected_acceptance_length(75 / 90, 4) / (4 * 0.2 + 1.0)
     assert s["draft"]["bound"] == pytest.approx(bound)
     assert s["draft"]["efficiency"] == pytest.approx(2.0 / bound)
+
+
+def test_bound_takes_E_at_each_rounds_own_k():
+    """k chosen per round: 10 rounds drafted 2 and 10 drafted 4 (mean k 3). The bound is the mean of
+    E(α, 2) and E(α, 4) over 3·c + v, not E(α, 4) over 4·c + v."""
+    stats = Stats(
+        rounds=20, drafted=60, accepted=40, rejections=10, tokens=60, draft_time=0.12, verify_time=0.2,
+        position_drafted=[20, 20, 10, 10], position_accepted=[15, 12, 8, 5], position_judged=[20, 15, 8, 7],
+    )  # fmt: skip
+    assert stats.rounds_by_drafted == [0, 0, 10, 0, 10]
+    runs = [m("none", tokens=100, rounds=100, elapsed=1.0), m("draft", elapsed=0.5)]
+    runs[1].stats = stats
+    s = b.summarize(runs, k=4)["overall"]["draft"]
+    alpha = 40 / 50
+    c, v = 0.12 / 60 / 0.01, 0.2 / 20 / 0.01  # in plain steps of 0.01 s
+    assert s["c"] == pytest.approx(c) and s["v"] == pytest.approx(v)
+    expected = (expected_acceptance_length(alpha, 2) + expected_acceptance_length(alpha, 4)) / 2
+    assert s["expected_tokens_per_round"] == pytest.approx(expected)
+    assert s["bound"] == pytest.approx(expected / (3 * c + v))
+
+
+def test_no_efficiency_for_a_row_whose_runs_compiled():
+    """A timed run during which torch.compile built a graph is not steady state: its row keeps its
+    speed but gets no efficiency, and the view says why."""
+    runs = [
+        m("none", tokens=100, rounds=100, elapsed=1.0),
+        m("draft", tokens=100, rounds=25, drafted=100, accepted=75, rejections=15, elapsed=0.5, draft=0.2,
+          verify=0.25),
+        m("lookup", tokens=100, rounds=25, drafted=100, accepted=75, rejections=15, elapsed=0.5, draft=0.2,
+          verify=0.25),
+    ]  # fmt: skip
+    runs[1].compiled = True
+    s = b.summarize(runs, k=4)["overall"]
+    assert s["draft"]["compiled_runs"] == 1 and s["draft"]["efficiency"] is None
+    assert s["draft"]["speedup"] == pytest.approx(2.0) and s["draft"]["bound"] is not None
+    assert s["lookup"]["efficiency"] is not None
+    from specli.render.bench import compiled_rows
+
+    assert compiled_rows(s) == ["draft (1 run)"]
+    assert runs[1].to_dict()["compiled"] is True
 
 
 def test_summary_takes_speed_from_median_runs_and_acceptance_from_all():
@@ -211,8 +253,11 @@ def test_bench_json_is_consistent(bench_json):
             assert s["acceptance_rate"] <= s["accept_prob"]
             assert s["mean_acceptance_length"] * (s["rounds"]) == pytest.approx(s["tokens"], rel=1e-9)
             if s["bound"] is not None:
-                cost = k * s["c"] + s["v"]
-                assert s["bound"] == pytest.approx(expected_acceptance_length(s["accept_prob"], k) / cost)
+                cost = s["drafted"] / s["rounds"] * s["c"] + s["v"]  # each round at its own k
+                assert s["bound"] == pytest.approx(s["expected_tokens_per_round"] / cost)
+                assert (
+                    1.0 <= s["expected_tokens_per_round"] <= expected_acceptance_length(s["accept_prob"], k)
+                )
         assert per["none"]["speedup"] == 1.0
         for s in per.values():  # the prompt's forward is its own share, not "other"
             assert s["prefill_time_s"] > 0 and s["other_time_s"] >= 0

@@ -10,6 +10,9 @@ real thing, CUDA graphs included, against transformers' generate().
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 import torch
 from conftest import make_model, save_model
@@ -236,6 +239,87 @@ def test_compiled_pair_is_lossless_and_compiles_once(tiny_pair, dynamo_eager):
     again = pair.generate(prompt_ids=ids, strategy="draft", max_new_tokens=N, num_draft_tokens=2)
     assert again.token_ids == expected
     assert counters["stats"]["unique_graphs"] == frames  # the reused static cache: nothing recompiled
+
+
+def test_warm_up_builds_every_graph_the_rounds_use(tiny_pair, dynamo_eager):
+    """After warm_up, no generation at settings up to k = 4 builds a graph: every verify length 1..k+1 (k
+    chosen per round or fixed), the drafter's steps, plain steps. Fails when a length or a variant
+    (the drafter's last-position steps, the verify's full logits) is left for the rounds to compile."""
+    from specli.static_cache import compiled_graphs
+
+    target_dir, draft_dir = tiny_pair
+    pair = specli.load(target=str(target_dir), draft=str(draft_dir), device="cpu", threads=None, compile=True)
+    ids = pair.encode(PROMPTS[1], chat=False)
+    expected = reference(pair.target_model, ids, N)
+    before = compiled_graphs()
+    assert pair.warm_up(prompt_ids=ids, strategy="draft", num_draft_tokens=4, max_new_tokens=N) > 0
+    assert compiled_graphs() > before  # the graphs were built here
+    assert pair.warm_up(prompt_ids=ids, strategy="lookup", num_draft_tokens=4, max_new_tokens=N) == 0.0
+    built = compiled_graphs()
+    for strategy, k, fixed in [
+        ("draft", 4, False),
+        ("draft", 3, True),
+        ("draft", 1, True),
+        ("lookup", 4, False),
+    ]:
+        result = pair.generate(
+            prompt_ids=ids, strategy=strategy, num_draft_tokens=k, fixed_k=fixed, max_new_tokens=N
+        )
+        assert result.token_ids == expected, (strategy, k)
+    assert compiled_graphs() == built  # nothing compiled inside a generation
+    assert pair.warm_up(prompt_ids=ids, strategy="draft", num_draft_tokens=4, max_new_tokens=N) == 0.0
+
+
+def test_warm_up_builds_the_verify_with_hidden_states_for_eagle(dynamo_eager):
+    from specli.static_cache import compiled_graphs
+
+    pair = specli.load(
+        strategy="eagle", draft="embedded:tiny-eagle3", device="cpu", threads=None, compile=True
+    )
+    ids = pair.encode("def parse(line):", chat=False)
+    assert pair.warm_up(prompt_ids=ids, num_draft_tokens=3, max_new_tokens=16) > 0
+    built = compiled_graphs()
+    result = pair.generate(prompt_ids=ids, num_draft_tokens=3, max_new_tokens=16)
+    assert result.token_ids == reference(pair.target_model, ids, 16)
+    assert compiled_graphs() == built
+
+
+def test_without_compile_warm_up_does_nothing(tiny_pair):
+    pair = specli.load(target=str(tiny_pair[0]), draft=str(tiny_pair[1]), device="cpu", threads=None)
+    assert pair.warm_up("def f():") == 0.0
+
+
+def test_bench_times_no_compile_and_flags_a_run_that_did(tiny_pair, dynamo_eager, monkeypatch):
+    """bench warms up outside its clock; a timed run that still compiled is flagged (no efficiency)."""
+    from specli import bench as b
+
+    pair = specli.load(
+        target=str(tiny_pair[0]), draft=str(tiny_pair[1]), device="cpu", threads=None, compile=True
+    )
+    prompt = b.BenchPrompt("1", "c", PROMPTS[0])
+    ids = pair.encode(prompt.text, chat=False)
+    settings = b.BenchSettings(pair.settings(max_new_tokens=12, num_draft_tokens=3), warmup=0)
+    assert not b.measure(pair, prompt, ids, "draft", settings, 0).compiled
+    torch._dynamo.reset()  # the graphs are gone: a run that skips the warm-up compiles inside the clock
+    monkeypatch.setattr(pair, "warm_up", lambda *a, **k: 0.0)
+    monkeypatch.setattr(pair, "_warm_up", lambda *a, **k: 0)
+    assert b.measure(pair, prompt, ids, "draft", settings, 0).compiled
+
+
+def test_cli_reports_compile_time_apart(tiny_pair, dynamo_eager):
+    """--compile: the compile is its own stage; tokens/s never include it (plain summary, --json)."""
+    args = ["generate", "def f(x):", "--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1])]
+    args += ["--device", "cpu", "--max-new-tokens", "8", "--threads", "1"]
+    result = CliRunner().invoke(app, [*args, "--compile", "--json"])
+    assert result.exit_code == 0, result.output
+    stats = json.loads(result.stdout)["stats"]
+    assert stats["compile_time"] > 0
+    assert stats["elapsed_s"] == pytest.approx(stats["tokens"] / stats["tokens_per_second"])
+    plain = CliRunner().invoke(app, [*args, "--compile", "--view", "plain"])
+    (summary,) = [line for line in plain.stderr.splitlines() if "tok/s" in line]
+    assert re.search(r"compiled (in \d+\.\ds \(cached for next runs\)|forwards reused) · .* tok/s", summary)
+    eager = CliRunner().invoke(app, [*args, "--json"])
+    assert json.loads(eager.stdout)["stats"]["compile_time"] is None
 
 
 @pytest.mark.slow

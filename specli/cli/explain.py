@@ -12,7 +12,7 @@ from rich.console import Console, Group
 from rich.text import Text
 
 from specli.cli.app import Command, app
-from specli.cli.common import user_errors
+from specli.cli.common import stderr_console, user_errors
 from specli.cli.options import (
     AllowPickleOpt,
     ChatOpt,
@@ -45,7 +45,7 @@ from specli.cli.options import (
     TrustOpt,
     check_save,
 )
-from specli.cli.run import prepare_rounds, save_view
+from specli.cli.run import compile_words, prepare_rounds, save_view
 from specli.prompt_input import StepKeys
 from specli.render.explain import ExplainView
 from specli.threads import AUTO
@@ -127,9 +127,10 @@ def explain(
     )  # fmt: skip
     with user_errors(debug), _step_keys(step, prompt_on_stdin=prompt == "-") as keys:
         check_save(save)
-        pair, settings, ids, text, rounds = prepare_rounds(
-            prompt, models, options, record_top=top, no_color=no_color
-        )
+        run = prepare_rounds(prompt, models, options, record_top=top, no_color=no_color)
+        pair, settings, ids, text, rounds = run.pair, run.settings, run.ids, run.text, run.rounds
+        if run.compile_time is not None:  # before the rounds, never inside their times
+            stderr_console().print(f"note: {compile_words(run.compile_time)}", markup=False)
         out = Console(highlight=False, no_color=no_color or None)
         explained = ExplainView(
             pair.tokenizer,

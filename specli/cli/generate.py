@@ -46,7 +46,7 @@ from specli.cli.options import (
     TrustOpt,
     check_save,
 )
-from specli.cli.run import prepare_rounds, save_view
+from specli.cli.run import compile_words, prepare_rounds, save_view
 from specli.errors import UsageError
 from specli.events import Stats
 from specli.render.live import LiveView, TokenView
@@ -118,13 +118,15 @@ def generate(
         if view is not None and view not in VIEWS:
             raise UsageError(f"unknown view '{view}'.", f"Use one of: {', '.join(VIEWS)}.")
         check_save(save)
-        pair, settings, ids, text, rounds = prepare_rounds(prompt, models, options, no_color=no_color)
+        run = prepare_rounds(prompt, models, options, no_color=no_color)
+        pair, settings, ids, text, rounds = run.pair, run.settings, run.ids, run.text, run.rounds
         from specli.api import Result
 
         k = settings.num_draft_tokens
         stdout = Console(highlight=False, no_color=no_color or None, soft_wrap=True)
         mode = "json" if as_json else view or ("live" if stdout.is_terminal else "plain")
         token_view = TokenView(pair.tokenizer, settings.strategy, k, prompt=text)
+        token_view.compiled = compile_words(run.compile_time)
         live = LiveView(token_view, stdout) if mode == "live" else None
         writer = PlainWriter(sys.stdout) if mode == "plain" else None
         collected: list[Any] = []
@@ -152,6 +154,7 @@ def generate(
                 draft_p_min=settings.draft_p_min,
                 mean_k=stats.drafted / stats.rounds if stats.rounds else 0.0,
                 interrupted=interrupted,
+                compile_time=run.compile_time,  # seconds compiling before the rounds; None: no --compile
             )
             from specli.notes import generation_notes
 
@@ -168,7 +171,8 @@ def generate(
             stderr_console().print("interrupted: showing what was generated so far", markup=False)
         if mode in ("plain", "none"):
             stderr_console().print(
-                summary_line(stats, settings.strategy, k, settings.exit_layer), markup=False
+                summary_line(stats, settings.strategy, k, settings.exit_layer, compiled=token_view.compiled),
+                markup=False,
             )
         if save:
             if live is None:  # the live view built it as it went; otherwise replay the rounds

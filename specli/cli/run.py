@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -87,11 +88,24 @@ def load_pair(
     return pair, pair.settings(**options.overrides())
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A command's generation, ready to run: the pair, its settings, the prompt (text and ids), the rounds
+    (not started) and, with --compile, the seconds spent compiling before them (None without)."""
+
+    pair: Pair
+    settings: Settings
+    ids: list[int]
+    text: str
+    rounds: Iterator[Any]
+    compile_time: float | None
+
+
 def prepare_rounds(
     prompt: str, models: ModelOptions, options: GenerationOptions, record_top: int = 0, no_color: bool = False
-) -> tuple[Pair, Settings, list[int], str, Iterator[Any]]:
+) -> Prepared:
     """Read the prompt, load the pair and its settings, say once what the run will not show (notes),
-    start the rounds."""
+    compile (--compile) as a stage of its own, start the rounds."""
     text = read_prompt(prompt)
     pair, settings = load_pair(models, options, no_color=no_color)
     ids = pair.prompt_ids(text, chat=settings.chat)
@@ -99,7 +113,26 @@ def prepare_rounds(
 
     for note in generation_notes(pair, settings, len(ids), models.strategy):
         stderr_console().print(f"note: {note}", markup=False)
-    return pair, settings, ids, text, pair.stream(prompt_ids=ids, settings=settings, record_top=record_top)
+    compile_time = compile_stage(pair, ids, settings, no_color) if pair.compile else None
+    rounds = pair.stream(prompt_ids=ids, settings=settings, record_top=record_top)
+    return Prepared(pair, settings, ids, text, rounds, compile_time)
+
+
+def compile_stage(pair: Pair, ids: list[int], settings: Settings, no_color: bool = False) -> float:
+    """Build every compiled forward the generation will run, under a spinner; the seconds it took."""
+    k = settings.num_draft_tokens
+    what = "plain steps" if settings.strategy == "none" else f"verifies of 1..{k + 1} tokens and the drafts"
+    with stderr_console(no_color).status(f"compiling {what} (torch.compile; cached on disk for next runs)"):
+        return pair.warm_up(prompt_ids=ids, settings=settings)
+
+
+def compile_words(seconds: float | None) -> str | None:
+    """'compiled in 41.2s (cached for next runs)' for a --compile run; None without."""
+    if seconds is None:
+        return None
+    if seconds == 0.0:
+        return "compiled forwards reused"
+    return f"compiled in {seconds:.1f}s (cached for next runs)"
 
 
 def save_view(renderable: Any, path: str, width: int, title: str) -> None:

@@ -8,6 +8,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from specli.render.words import count
+
 BARS = " ▁▂▃▄▅▆▇█"
 
 
@@ -145,6 +147,15 @@ def draft_length_words(settings: dict[str, Any]) -> str:
     return f"fixed k={k}" if settings["fixed_k"] else f"k ≤ {k}, chosen per round"
 
 
+def compiled_rows(metrics: dict[str, dict[str, Any]]) -> list[str]:
+    """Rows (with their count) whose timed runs compiled something, e.g. "eagle (3 runs)"."""
+    return [
+        f"{name} ({count(m['compiled_runs'], 'run')})"
+        for name, m in metrics.items()
+        if m.get("compiled_runs")
+    ]
+
+
 def bench_view(report: dict[str, Any]) -> Group:
     """All tables: each category, overall last, then transformers and any identity errors."""
     parts: list[Any] = []
@@ -168,7 +179,8 @@ def bench_view(report: dict[str, Any]) -> Group:
             "α = accepted/(accepted + rejections), the probability that a "
             "judged draft is kept · τ mean acceptance length (tokens per round) · c draft cost per token "
             "and v verify cost per round, in plain target steps · bound E(α,k)/(k·c+v) with "
-            "E = (1 − α^(k+1))/(1 − α) · efficiency = speedup / bound"
+            "E = (1 − α^(k+1))/(1 − α) at each round's own drafted k (mean E over mean k·c+v) · "
+            "efficiency = speedup / bound"
             + (
                 " · across k: draft ms/round and its ratio to the smallest k (a parallel drafter's barely "
                 "grows), α by position = P(draft i kept | drafts before it kept); bold: the fastest k"
@@ -183,6 +195,16 @@ def bench_view(report: dict[str, Any]) -> Group:
         for m in summary.get("overall", {}).values():
             best[m["strategy"]] = max(best.get(m["strategy"], 0.0), m["tokens_per_second"])
         parts.append(transformers_table(report["transformers"], best))
+    compiled = compiled_rows(summary.get("overall", {}))
+    if compiled:
+        parts.append(
+            Text(
+                "no efficiency for "
+                + ", ".join(compiled)
+                + ": torch.compile built graphs during timed runs, so their time is not the steady state's",
+                style="yellow",
+            )
+        )
     for error in report.get("errors", []):
         parts.append(Text(f"error: {error}", style="bold red"))
     return Group(*parts)

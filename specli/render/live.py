@@ -85,6 +85,7 @@ class TokenView:
         self._split = 0  # where the rejected drafts sit in self.text: before the last correction
         self.interrupted = False  # set when Ctrl-C stopped generation: the final frame says so
         self.drafter_note = ""  # e.g. "EAGLE-3 on layers 2,4,5", from the rounds' info
+        self.compiled: str | None = None  # "compiled in 41.0s (cached for next runs)" with --compile
 
     def add(self, r: Round) -> None:
         self.stats.observe(r)
@@ -132,6 +133,8 @@ class TokenView:
         if s.drafted:
             parts.append(f"acceptance {s.acceptance_rate:.1%}")
         parts.append(f"mean acceptance length {s.mean_acceptance_length:.2f}")
+        if self.compiled:
+            parts.append(self.compiled)
         parts += [count(s.tokens, "token"), f"{s.tokens_per_second:.1f} tok/s", f"{s.elapsed:.1f}s"]
         return Packed((Text(p) for p in parts), style="bold")
 

@@ -13,12 +13,21 @@ def strategy_label(strategy: str, k: int | None = None) -> str:
     return strategy + (f" k={k}" if k and strategy != "none" else "")
 
 
-def summary_line(stats: Stats, strategy: str, k: int | None = None, exit_layer: int | None = None) -> str:
-    """One line: rounds, acceptance rate, mean acceptance length, tokens/s (and `self`'s exit layer)."""
+def summary_line(
+    stats: Stats,
+    strategy: str,
+    k: int | None = None,
+    exit_layer: int | None = None,
+    compiled: str | None = None,
+) -> str:
+    """One line: rounds, acceptance rate, mean acceptance length, tokens/s (and `self`'s exit layer);
+    `compiled` ("compiled in 41.0s ...") comes before the tokens/s, which never include it."""
     label = strategy_label(strategy, k)
     if strategy == "self" and exit_layer is not None:
         label += f" exit layer {exit_layer}"
     parts = [label, count(stats.rounds, "round")]
+    if compiled:
+        parts.append(compiled)
     if stats.drafted:
         parts += [
             f"acceptance {stats.acceptance_rate:.1%} ({stats.accepted}/{stats.drafted})",
