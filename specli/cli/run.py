@@ -75,7 +75,8 @@ def load_pair(
         )
     if models.compile and pair.target.device.type != "cuda":
         stderr_console().print(
-            "note: --compile without CUDA has no CUDA graphs: it compiles (slow first calls), rarely faster.",
+            "note: --compile on CPU: measured 3-13% faster steps (none, draft; lookup: no gain) after a "
+            "one-time compile of about a minute (20-30 s once cached).",
             markup=False,
         )
     if pair.placement is not None:
