@@ -113,6 +113,19 @@ def test_status_line_and_legend(pair):
         assert label in text
 
 
+def test_status_line_shows_compile_time_apart(pair):
+    """--compile: the status names the one-time compile beside the tokens/s, which never include it."""
+    result = pair.generate(PROMPT, max_new_tokens=8, num_draft_tokens=3)
+    view = TokenView(pair.tokenizer, "draft", 3)
+    for r in result.rounds:
+        view.add(r)
+    assert "compiled" not in recorded(view.renderable()).export_text()
+    view.compiled = "compiled in 41.0s (cached for next runs)"
+    text = " ".join(recorded(view.renderable()).export_text().split())
+    assert "compiled in 41.0s (cached for next runs)" in text
+    assert f"{result.stats.tokens_per_second:.1f} tok/s" in text
+
+
 def test_plain_decoding_view_has_one_kind(pair):
     result = pair.generate(PROMPT, max_new_tokens=12, strategy="none")
     view = TokenView(pair.tokenizer, "none", None)
