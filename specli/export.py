@@ -1,0 +1,651 @@
+"""`specli export ENGINE`: the command that starts vLLM, SGLang or llama.cpp's llama-server serving the
+same pair with the same speculation.
+
+Two steps: `resolve_pair` turns a preset and the command line's choices into an `ExportPair` (reading
+config.json files only: of local folders, of embedded models, of the hub cache; nothing is downloaded,
+no weights load, torch is never imported), then `export(engine, pair, options)` maps it to that engine's
+launch command, a pure function. What an engine cannot run is refused with one `UsageError` line naming
+what it can; what it runs without a counterpart for one of specli's settings comes back as a note that
+names the setting, so nothing is dropped silently.
+
+Flag names and semantics were read from the engines' own sources and docs (cited at each mapping):
+vLLM `vllm/config/speculative.py` and docs/features/speculative_decoding/; SGLang 0.5.23
+`sglang/srt/arg_groups/fields/*.py` and `speculative_hook.py`; llama.cpp as vendored in the
+llama-cpp-python 0.3.36 sdist, `common/arg.cpp`, `common/speculative.cpp`, `convert_hf_to_gguf.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from specli.errors import UsageError
+from specli.model_dirs import EMBEDDED_PREFIX, embedded_model, read_config
+from specli.presets import ModelSpec, Preset, resolve_preset
+from specli.settings import Settings, check_strategy, resolve_settings
+
+ENGINES = ("vllm", "sglang", "llama.cpp")
+_ALIASES = {name: "llama.cpp" for name in ("llamacpp", "llama-cpp", "llama_cpp", "llama-server")}
+DEFAULT_PRESET = "tiny"  # what `specli.api.preset_for` picks when neither a preset nor a target is named
+
+# What drafts: an autoregressive draft model, a PARD (parallel) draft model, or an EAGLE head.
+DrafterKind = Literal["model", "pard", "eagle1", "eagle3", "peagle"]
+HEAD_KINDS = ("eagle1", "eagle3", "peagle")
+
+# Config keys naming a parallel drafter's mask token; the same keys as specli.drafters.draft_model's
+# MASK_TOKEN_KEYS and specli.head_formats (not imported: both import torch; tests check they agree).
+_MASK_KEYS = ("pard_token", "ptd_token_id")
+_PARALLEL_K_KEY, _PARALLEL_K_DEFAULT = "para_num", 8  # a PARD drafter's trained k (draft_model.py)
+
+# The hub drafters the shipped presets name, as the presets' notes and specli.memory.KNOWN_HEADS describe
+# them (PARD: pard_token; RedHatAI heads: speculators eagle3; AWS P-EAGLE: SafeAILab layout with
+# ptd_token_id), so exporting a preset needs no download: (kind, head layout).
+KNOWN_DRAFTERS: Mapping[str, tuple[DrafterKind, str | None]] = {
+    "meta-llama/Llama-3.2-1B-Instruct": ("model", None),
+    "Qwen/Qwen2.5-0.5B-Instruct": ("model", None),
+    "Qwen/Qwen2.5-Coder-0.5B-Instruct": ("model", None),
+    "amd/PARD-Llama-3.2-1B": ("pard", None),
+    "amd/PARD-Qwen2.5-0.5B": ("pard", None),
+    "amazon/GPT-OSS-20B-P-EAGLE": ("peagle", "safeailab"),
+    "RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3": ("eagle3", "speculators"),
+    "RedHatAI/Llama-3.3-70B-Instruct-speculator.eagle3": ("eagle3", "speculators"),
+    "RedHatAI/Qwen3-8B-speculator.eagle3": ("eagle3", "speculators"),
+}
+
+# What each engine runs, for refusals (one line each).
+CAN_RUN = {
+    "vllm": "draft models (PARD parallel drafters too), lookup (ngram) and EAGLE-1, EAGLE-3, P-EAGLE heads",
+    "sglang": "draft models (STANDALONE), lookup (NGRAM) and EAGLE-1 and EAGLE-3 heads (EAGLE, EAGLE3)",
+    "llama.cpp": "draft models (draft-simple), lookup (ngram-simple) and EAGLE-3 heads (draft-eagle3)",
+}
+
+
+# --------------------------------------------------------------------------- what is exported
+
+
+@dataclass(frozen=True)
+class Model:
+    """One model as the engines get it: `location` is a hub id or a folder's absolute path."""
+
+    name: str  # as the preset or the command line named it ("org/name", "./dir", "embedded:NAME")
+    location: str
+    source: Literal["hub", "folder", "embedded"] = "hub"
+    dtype: str = "auto"
+    quantization: str = "none"
+
+    @property
+    def embedded(self) -> bool:
+        return self.source == "embedded"
+
+    @property
+    def hub(self) -> bool:
+        return self.source == "hub"
+
+
+@dataclass(frozen=True)
+class ExportPair:
+    """A resolved pair: target, strategy, drafter (a draft model or an EAGLE head, and its kind) and the
+    speculation settings; `notes` say what resolving it assumed or located."""
+
+    target: Model
+    strategy: str  # draft | lookup | eagle | self | none
+    settings: Settings
+    drafter: Model | None = None
+    kind: DrafterKind | None = None
+    layout: str | None = None  # an EAGLE head's config layout: speculators | specli | safeailab
+    notes: tuple[str, ...] = ()
+
+    @property
+    def k(self) -> int:
+        return self.settings.num_draft_tokens
+
+    @property
+    def speculates(self) -> bool:
+        return self.strategy not in ("none", "self")
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """Serving options of the command line; None leaves the engine's default."""
+
+    tp: int | None = None  # tensor-parallel GPUs
+    pp: int | None = None  # pipeline stages
+    host: str | None = None
+    port: int | None = None
+
+
+@dataclass(frozen=True)
+class Export:
+    """An engine's launch command (`argv`), the commands to run before it (`steps`: downloads,
+    conversions), and notes. `speculative_config` is vLLM's --speculative-config object."""
+
+    engine: str
+    argv: tuple[str, ...]
+    steps: tuple[tuple[str, ...], ...] = ()
+    notes: tuple[str, ...] = ()
+    speculative_config: dict[str, Any] | None = None
+
+    def commands(self) -> list[str]:
+        """Every command, shell-quoted, in the order to run them (the launch command last)."""
+        return [shlex.join(step) for step in (*self.steps, self.argv)]
+
+    def machine_readable(self) -> Any:
+        """`--format json`: for vLLM its --speculative-config object alone (null without speculation);
+        for the others {"engine", "argv", "steps", "notes"}."""
+        if self.engine == "vllm":
+            return self.speculative_config
+        return {
+            "engine": self.engine,
+            "argv": list(self.argv),
+            "steps": [list(step) for step in self.steps],
+            "notes": list(self.notes),
+        }
+
+
+# --------------------------------------------------------------------------- resolving the pair
+
+
+def check_engine(engine: str) -> str:
+    """The engine's canonical name; UsageError listing the three for anything else."""
+    name = _ALIASES.get(engine.strip().lower(), engine.strip().lower())
+    if name not in ENGINES:
+        raise UsageError(f"unknown engine '{engine}': specli exports to {', '.join(ENGINES)}.")
+    return name
+
+
+def _hub_cache_dir() -> Path | None:
+    """The hub cache folder as huggingface_hub finds it from the environment now (None: its default)."""
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(var):
+            return Path(os.path.expanduser(os.environ[var]))
+    if os.environ.get("HF_HOME"):
+        return Path(os.path.expanduser(os.environ["HF_HOME"])) / "hub"
+    return None
+
+
+def _cached_config(repo_id: str) -> dict[str, Any] | None:
+    """A hub model's config.json from the local hub cache, never the network; None when not cached."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        path = try_to_load_from_cache(repo_id, "config.json", cache_dir=_hub_cache_dir())
+    except Exception:  # an id huggingface_hub refuses: not a hub model, nothing cached
+        return None
+    return read_config(Path(path).parent) if isinstance(path, str) else None
+
+
+def _looks_like_path(name: str) -> bool:
+    """A name that can only be a folder (as specli.loading tells paths from hub ids)."""
+    return os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or "\\" in name
+
+
+def locate(
+    name: str, dtype: str = "auto", quantization: str = "none"
+) -> tuple[Model, dict[str, Any] | None, str | None]:
+    """A model name -> (Model, its config.json or None, a note). embedded:NAME becomes its folder in this
+    install (unknown names raise UsageError); a local folder its absolute path; a path that is no folder
+    here is passed as given (it may be one on the serving machine); anything else is a hub id, its
+    config.json read from the hub cache when there."""
+    if name.startswith(EMBEDDED_PREFIX):
+        folder = embedded_model(name[len(EMBEDDED_PREFIX) :])
+        note = (
+            f"{name} has no hub id: the command names its folder in this install ({folder}); "
+            "to serve on another machine, copy that folder there and use its path."
+        )
+        return Model(name, str(folder), "embedded", dtype, quantization), read_config(folder), note
+    folder = Path(os.path.expanduser(name))
+    if folder.is_dir():
+        return Model(name, str(folder.resolve()), "folder", dtype, quantization), read_config(folder), None
+    if _looks_like_path(name):
+        note = f"{name} is not a folder on this machine: passed as given, for the machine that serves."
+        return Model(name, str(folder), "folder", dtype, quantization), None, note
+    return Model(name, name, "hub", dtype, quantization), _cached_config(name), None
+
+
+def drafter_kind(config: Mapping[str, Any]) -> tuple[DrafterKind, str | None]:
+    """(kind, head layout) of a drafter from its config.json, as specli reads it (head_formats,
+    drafters.draft_model): a speculators head (eagle3 | peagle | eagle1), specli's EAGLE-1 layout, a
+    SafeAILab head (a Llama config plus draft_vocab_size; P-EAGLE when it names a mask token), a PARD
+    drafter (a model naming a mask token), else a plain autoregressive draft model."""
+    masked = any(type(config.get(key)) is int for key in _MASK_KEYS)  # an id, not a bool
+    speculators = config.get("speculators_model_type")
+    if speculators is not None:
+        if speculators not in ("eagle3", "peagle", "eagle1"):  # the types head_formats reads
+            raise UsageError(f"a '{speculators}' speculator is none of EAGLE-1, EAGLE-3, P-EAGLE.")
+        return speculators, "speculators"
+    if config.get("specli_head_type") is not None:
+        return "eagle1", "specli"
+    archs = " ".join(str(a) for a in config.get("architectures") or [])
+    llama_like = "Llama" in archs or "model_type" in config
+    if "draft_vocab_size" in config and "hidden_size" in config and llama_like:
+        return ("peagle" if masked else "eagle3"), "safeailab"
+    return ("pard" if masked else "model"), None
+
+
+def _kind_of(model: Model, config: dict | None, strategy: str) -> tuple[DrafterKind, str | None, str | None]:
+    """(kind, layout, note): from the drafter's config.json, else KNOWN_DRAFTERS, else assumed from the
+    strategy (an EAGLE-3 head for eagle, an autoregressive model for draft) with a note saying so."""
+    if config is not None:
+        return (*drafter_kind(config), None)
+    if model.name in KNOWN_DRAFTERS:
+        return (*KNOWN_DRAFTERS[model.name], None)
+    assumed: DrafterKind = "eagle3" if strategy == "eagle" else "model"
+    what = "an EAGLE-3 head" if strategy == "eagle" else "an autoregressive draft model (not PARD)"
+    note = (
+        f"could not read {model.name}'s config.json (not a local folder, not in the hub cache): assumed "
+        f"{what}; `hf download {model.name}` first to have its kind detected."
+    )
+    return assumed, None, note
+
+
+def _check_roles(strategy: str, drafter: Model, kind: DrafterKind) -> None:
+    if strategy == "draft" and kind in HEAD_KINDS:
+        raise UsageError(f"'{drafter.name}' is an EAGLE head: use --strategy eagle --draft {drafter.name}.")
+    if strategy == "eagle" and kind not in HEAD_KINDS:
+        raise UsageError(f"'{drafter.name}' is a draft model, not an EAGLE head: use --strategy draft.")
+
+
+def _model_option(value: str | None, field: str, option: str) -> None:
+    allowed = get_args(ModelSpec.model_fields[field].annotation)  # the preset schema's values
+    if value is not None and value not in allowed:
+        raise UsageError(f"unknown {option} '{value}': use one of {', '.join(allowed)}.")
+
+
+def resolve_pair(
+    preset: str | Preset | None = None,
+    *,
+    target: str | None = None,
+    draft: str | None = None,
+    strategy: str | None = None,
+    quant: str | None = None,
+    dtype: str | None = None,
+    **speculation: Any,
+) -> ExportPair:
+    """The pair `specli generate` would load with the same arguments (specli.api's rules: explicit
+    arguments over the preset, the embedded `tiny` preset when neither a preset nor a target is named),
+    without loading it. `speculation`: num_draft_tokens, fixed_k, draft_p_min, ngram_min, ngram_max
+    overrides (None keeps the preset's), validated as everywhere else (UsageError)."""
+    _model_option(quant, "quantization", "--quant")
+    _model_option(dtype, "dtype", "--dtype")
+    if preset is None and target is None:
+        preset = DEFAULT_PRESET
+    spec = preset if isinstance(preset, Preset) or preset is None else resolve_preset(preset)
+    chosen = check_strategy(strategy or (spec.strategy if spec else ("draft" if draft else "none")))
+    target_spec = ModelSpec(model=target) if target else spec.target  # type: ignore[union-attr]
+    t_model, t_config, t_note = locate(
+        target_spec.model, dtype or target_spec.dtype, quant or target_spec.quantization
+    )
+    if t_config is not None and drafter_kind(t_config)[0] in HEAD_KINDS:
+        raise UsageError(f"'{t_model.name}' is an EAGLE head, not a target: pass the model it drafts for.")
+    notes = [t_note] if t_note else []
+    drafter, kind, layout = None, None, None
+    wanted = _drafter_spec(spec, chosen, draft)
+    if wanted is not None:
+        drafter, d_config, d_note = locate(wanted.model, dtype or wanted.dtype, wanted.quantization)
+        kind, layout, assumed = _kind_of(drafter, d_config, chosen)
+        _check_roles(chosen, drafter, kind)
+        notes += [n for n in (d_note, assumed) if n]
+        if draft and kind == "pard" and speculation.get("num_draft_tokens") is None:  # it brings its own k
+            value = (d_config or {}).get(_PARALLEL_K_KEY)
+            trained = isinstance(value, int) and value >= 1
+            speculation["num_draft_tokens"] = value if trained else _PARALLEL_K_DEFAULT
+    settings = resolve_settings(spec, strategy=chosen, **speculation)
+    return ExportPair(t_model, chosen, settings, drafter, kind, layout, tuple(notes))
+
+
+def _drafter_spec(spec: Preset | None, strategy: str, draft: str | None) -> ModelSpec | None:
+    """The drafter model (strategy draft) or EAGLE head (strategy eagle) to export, as api._sources picks
+    it; UsageError when the strategy needs one and none is named."""
+    if strategy == "eagle":
+        head = ModelSpec(model=draft) if draft else (spec.eagle_head if spec else None)
+        if head is None:
+            raise UsageError("strategy 'eagle' needs an EAGLE head: pass --draft HEAD (a folder or hub id).")
+        return head
+    if strategy == "draft":
+        model = ModelSpec(model=draft) if draft else (spec.draft if spec else None)
+        if model is None:
+            raise UsageError("strategy 'draft' needs a drafter model: pass --draft MODEL.")
+        return model
+    return None
+
+
+# --------------------------------------------------------------------------- shared refusals and notes
+
+
+def _drafter(pair: ExportPair) -> Model:
+    assert pair.drafter is not None, "a speculating pair other than lookup has a drafter"
+    return pair.drafter
+
+
+def _refuse(engine: str, what: str) -> UsageError:
+    return UsageError(f"{engine} cannot run {what}; it runs {CAN_RUN[engine]}.")
+
+
+def _check_runs(engine: str, pair: ExportPair) -> None:
+    """Refuse what the engine cannot run (GUIDE §5b: no serving engine runs LayerSkip self-speculation;
+    only vLLM runs parallel drafting; llama.cpp has no EAGLE-1)."""
+    if pair.strategy == "self":
+        raise _refuse(engine, "self-speculation (strategy self: no serving engine runs LayerSkip early exit)")
+    parallel = {"pard": "PARD", "peagle": "P-EAGLE"}
+    if engine != "vllm" and pair.kind in parallel:
+        what = f"{parallel[pair.kind]} parallel drafting ({_drafter(pair).name}; only vllm does)"
+        raise _refuse(engine, what)
+    if engine == "llama.cpp" and pair.kind == "eagle1":
+        raise _refuse(engine, f"an EAGLE-1 head ({_drafter(pair).name})")
+
+
+def _k_notes(engine: str, pair: ExportPair) -> list[str]:
+    """Per-round k and --fixed-k have no flag in any engine: each drafts up to its one K every round."""
+    if not pair.speculates:
+        return []
+    if pair.settings.fixed_k:
+        return [f"--fixed-k: {engine} has no such flag; it drafts up to K={pair.k} every round anyway."]
+    return [
+        f"per-round k: {engine} drafts up to K={pair.k} every round; specli's choice of k per round "
+        "(on unless --fixed-k) has no counterpart."
+    ]
+
+
+def _p_min_notes(engine: str, pair: ExportPair) -> list[str]:
+    if pair.settings.draft_p_min > 0 and pair.speculates:
+        return [f"--draft-p-min {pair.settings.draft_p_min:g} has no counterpart in {engine}: dropped."]
+    return []
+
+
+def _bnb_notes(engine: str, pair: ExportPair) -> list[str]:
+    """vLLM and SGLang quantize a checkpoint in flight to 4-bit nf4 only; nothing quantizes a drafter."""
+    notes = []
+    if pair.target.quantization == "8bit":
+        notes.append(
+            f"8-bit target (--quant / the preset): {engine}'s in-flight bitsandbytes quantization is 4-bit "
+            "(nf4); output matches a 4-bit target there, not specli's 8-bit one."
+        )
+    if pair.drafter is not None and pair.drafter.quantization != "none":
+        notes.append(
+            f"the drafter's {pair.drafter.quantization} quantization has no counterpart in {engine} "
+            "(it quantizes the target only): the drafter runs unquantized."
+        )
+    return notes
+
+
+def _host_port(options: ServeOptions) -> list[str]:
+    """--host / --port: the same names in all three engines."""
+    out: list[str] = []
+    if options.host is not None:
+        out += ["--host", options.host]
+    if options.port is not None:
+        out += ["--port", str(options.port)]
+    return out
+
+
+# --------------------------------------------------------------------------- vLLM
+
+# vLLM's method per drafter kind: PARD is draft_model + parallel_drafting
+# (docs/features/speculative_decoding/parallel_draft_model.md), P-EAGLE is eagle3 + parallel_drafting
+# (vLLM >= 0.16, PR #32887); EAGLE-1 heads are method eagle (docs/.../eagle.md).
+_VLLM_METHOD = {"model": "draft_model", "pard": "draft_model", "eagle1": "eagle", "eagle3": "eagle3"}
+_VLLM_METHOD |= {"peagle": "eagle3"}
+
+
+def vllm_speculative_config(pair: ExportPair) -> dict[str, Any] | None:
+    """vLLM's --speculative-config object, None without speculation. Keys from vllm/config/speculative.py
+    (SpeculativeConfig: method, model, num_speculative_tokens, prompt_lookup_min, prompt_lookup_max,
+    parallel_drafting) and docs/features/speculative_decoding/README.md (its schema)."""
+    if not pair.speculates:
+        return None
+    if pair.strategy == "lookup":
+        return {
+            "method": "ngram",
+            "num_speculative_tokens": pair.k,
+            "prompt_lookup_min": pair.settings.ngram_min,
+            "prompt_lookup_max": pair.settings.ngram_max,
+        }
+    assert pair.kind is not None
+    config: dict[str, Any] = {
+        "method": _VLLM_METHOD[pair.kind],
+        "model": _drafter(pair).location,
+        "num_speculative_tokens": pair.k,
+    }
+    if pair.kind in ("pard", "peagle"):
+        config["parallel_drafting"] = True
+    return config
+
+
+def export_vllm(pair: ExportPair, options: ServeOptions) -> Export:
+    """`vllm serve TARGET [--speculative-config JSON] ...`. Server flags from vLLM's engine arguments
+    (https://docs.vllm.ai/en/latest/configuration/engine_args/): --tensor-parallel-size,
+    --pipeline-parallel-size, --quantization, --dtype, --host, --port; `--quantization bitsandbytes`
+    quantizes an unquantized checkpoint to 4-bit in flight (docs/features/quantization/bnb.md)."""
+    _check_runs("vllm", pair)
+    config = vllm_speculative_config(pair)
+    argv = ["vllm", "serve", pair.target.location]
+    if config is not None:
+        argv += ["--speculative-config", json.dumps(config)]
+    if options.tp is not None:
+        argv += ["--tensor-parallel-size", str(options.tp)]
+    if options.pp is not None:
+        argv += ["--pipeline-parallel-size", str(options.pp)]
+    if pair.target.quantization != "none":
+        argv += ["--quantization", "bitsandbytes"]
+    if pair.target.dtype != "auto":
+        argv += ["--dtype", pair.target.dtype]
+    argv += _host_port(options)
+    notes = [*pair.notes, *_k_notes("vllm", pair), *_p_min_notes("vllm", pair), *_bnb_notes("vllm", pair)]
+    if pair.layout == "specli":
+        notes.append(
+            f"{_drafter(pair).name} is in specli's own EAGLE-1 layout (specli_head_type), which vLLM's "
+            "method eagle does not read: pass an EAGLE-1 head in the SafeAILab layout."
+        )
+    if options.pp is not None and options.pp > 1 and config is not None:
+        # docs/features/speculative_decoding/README.md, "Known Feature Incompatibility".
+        notes.append(
+            "--pp: vLLM's docs list pipeline parallelism as not composable with speculative decoding "
+            "(vllm <= 0.15.0); check that your version runs this method with --pipeline-parallel-size, "
+            "or put every GPU in --tensor-parallel-size."
+        )
+    if pair.strategy == "none":
+        notes.append("strategy none: plain decoding, no --speculative-config (a baseline to compare with).")
+    return Export("vllm", tuple(argv), notes=tuple(notes), speculative_config=config)
+
+
+# --------------------------------------------------------------------------- SGLang
+
+_SGLANG_ALGORITHM = {"model": "STANDALONE", "eagle1": "EAGLE", "eagle3": "EAGLE3"}
+
+
+def _sglang_speculation(pair: ExportPair) -> tuple[list[str], list[str]]:
+    """(flags, notes) for SGLang's speculation. With topk 1 the verified chain is the last token plus K
+    drafts, so num_draft_tokens = num_steps + 1 (speculative_hook.py). NGRAM derives num_steps and topk
+    from num_draft_tokens and its BFS breadth (speculative_hook._handle_ngram); breadth 1 keeps one
+    chain, as specli's lookup proposes one copy."""
+    if pair.strategy == "lookup":
+        flags = ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", str(pair.k + 1)]
+        flags += ["--speculative-ngram-max-bfs-breadth", "1"]
+        note = (
+            f"--ngram-min {pair.settings.ngram_min} / --ngram-max {pair.settings.ngram_max}: no counterpart "
+            "in sglang, whose NGRAM drafter matches suffixes in a trie of the prompts and outputs it has "
+            "seen (--speculative-ngram-max-trie-depth)."
+        )
+        return flags, [note]
+    assert pair.kind is not None
+    flags = ["--speculative-algorithm", _SGLANG_ALGORITHM[pair.kind]]
+    flags += ["--speculative-draft-model-path", _drafter(pair).location]
+    flags += ["--speculative-num-steps", str(pair.k), "--speculative-eagle-topk", "1"]
+    flags += ["--speculative-num-draft-tokens", str(pair.k + 1)]
+    notes = []
+    if pair.layout in ("speculators", "specli"):  # SGLang 0.5.23 has no reader for these layouts
+        notes.append(
+            f"{_drafter(pair).name} is in the {pair.layout} layout, which SGLang does not read: pass a "
+            "head in the SafeAILab/SpecForge layout (a Llama config.json with draft_vocab_size)."
+        )
+    return flags, notes
+
+
+def export_sglang(pair: ExportPair, options: ServeOptions) -> Export:
+    """`python -m sglang.launch_server --model-path TARGET ...`. Flags from SGLang 0.5.23's
+    sglang/srt/arg_groups/fields/: spec.py (--speculative-algorithm, --speculative-draft-model-path,
+    --speculative-num-steps, --speculative-eagle-topk, --speculative-num-draft-tokens,
+    --speculative-ngram-max-bfs-breadth), parallel.py (--tp-size, --pp-size), model.py (--model-path,
+    --dtype, --quantization, --load-format), serving.py (--host, --port)."""
+    _check_runs("sglang", pair)
+    argv = ["python", "-m", "sglang.launch_server", "--model-path", pair.target.location]
+    notes = [*pair.notes]
+    if pair.speculates:
+        flags, more = _sglang_speculation(pair)
+        argv += flags
+        notes += more
+    if options.tp is not None:
+        argv += ["--tp-size", str(options.tp)]
+    if options.pp is not None:
+        argv += ["--pp-size", str(options.pp)]
+    if pair.target.quantization != "none":
+        # In-flight nf4 needs the bitsandbytes loader, which only --load-format picks
+        # (model_loader/loader.py: BitsAndBytesModelLoader; configs/load_config.py).
+        argv += ["--quantization", "bitsandbytes", "--load-format", "bitsandbytes"]
+    if pair.target.dtype != "auto":
+        argv += ["--dtype", pair.target.dtype]
+    argv += _host_port(options)
+    notes += [*_k_notes("sglang", pair), *_p_min_notes("sglang", pair), *_bnb_notes("sglang", pair)]
+    return Export("sglang", tuple(argv), notes=tuple(notes))
+
+
+# --------------------------------------------------------------------------- llama.cpp
+
+# convert_hf_to_gguf.py --outtype choices: f32, f16, bf16, q8_0, tq1_0, tq2_0, auto.
+_OUTTYPE = {"auto": "auto", "bfloat16": "bf16", "float16": "f16", "float32": "f32"}
+_Q4 = "Q4_K_M"  # a llama-quantize type (tools/quantize: llama-quantize IN.gguf OUT.gguf TYPE)
+
+
+def _stem(model: Model) -> str:
+    """A file-name stem for a model: embedded:NAME -> NAME, org/name -> name, a folder -> its name."""
+    if model.embedded:
+        return model.name[len(EMBEDDED_PREFIX) :]
+    return Path(model.location.rstrip("/\\")).name or "model"
+
+
+def _gguf_steps(model: Model, stem: str, target_dir: str | None = None) -> tuple[list[tuple[str, ...]], str]:
+    """The steps that make a GGUF file of a model -> (steps, the GGUF file): download a hub model
+    (`hf download REPO --local-dir DIR`), convert the folder (convert_hf_to_gguf.py MODEL --outfile
+    --outtype, and --target-model-dir for an EAGLE-3 head: conversion/llama.py), quantize a 4-bit one."""
+    steps: list[tuple[str, ...]] = []
+    folder = stem if model.hub else model.location
+    if model.hub:
+        steps.append(("hf", "download", model.name, "--local-dir", folder))
+    outtype = "q8_0" if model.quantization == "8bit" else _OUTTYPE[model.dtype]
+    gguf = f"{stem}-{outtype}.gguf" if model.quantization == "4bit" else f"{stem}.gguf"
+    convert = ["python", "convert_hf_to_gguf.py", folder, "--outfile", gguf, "--outtype", outtype]
+    if target_dir is not None:
+        convert += ["--target-model-dir", target_dir]
+    steps.append(tuple(convert))
+    if model.quantization == "4bit":
+        steps.append(("llama-quantize", gguf, f"{stem}-{_Q4}.gguf", _Q4))
+        gguf = f"{stem}-{_Q4}.gguf"
+    return steps, gguf
+
+
+def _llama_lookup(pair: ExportPair) -> tuple[list[str], list[str]]:
+    """ngram-simple drafts --spec-ngram-simple-size-m tokens after a match of exactly
+    --spec-ngram-simple-size-n tokens (common/ngram-map.cpp); --spec-draft-n-max does not apply to it
+    (common/speculative.cpp, common_speculative_n_max)."""
+    s = pair.settings
+    flags = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(s.ngram_max)]
+    flags += ["--spec-ngram-simple-size-m", str(pair.k)]
+    notes = []
+    if s.ngram_min < s.ngram_max:
+        notes.append(
+            f"--ngram-min {s.ngram_min}: no counterpart in llama.cpp, whose ngram-simple matches exactly "
+            f"{s.ngram_max} tokens (--ngram-max), never shorter n-grams."
+        )
+    if s.draft_p_min > 0:
+        notes.append(f"--draft-p-min {s.draft_p_min:g}: no effect on lookup (no drafter probabilities).")
+    return flags, notes
+
+
+def _llama_draft(pair: ExportPair, target_dir: str) -> tuple[list[tuple[str, ...]], list[str], str]:
+    """(steps, flags, note) for a draft model (draft-simple) or an EAGLE-3 head (draft-eagle3, converted
+    with the target's folder). --spec-type is needed: its default is none, and -md alone loads the
+    drafter without drafting (measured, issue 21 §4)."""
+    drafter = _drafter(pair)
+    stem = _stem(drafter)
+    stem = f"{stem}-draft" if stem == _stem(pair.target) else stem
+    head = pair.kind == "eagle3"
+    steps, gguf = _gguf_steps(drafter, stem, target_dir if head else None)
+    flags = ["-md", gguf, "--spec-type", "draft-eagle3" if head else "draft-simple"]
+    flags += ["--spec-draft-n-max", str(pair.k)]
+    if pair.settings.draft_p_min > 0:
+        flags += ["--spec-draft-p-min", f"{pair.settings.draft_p_min:g}"]
+    note = (
+        "llama.cpp builds before the --spec-draft-* rename (2026) take --draft-max K instead of "
+        "--spec-draft-n-max (current builds refuse --draft-max) and draft with -md alone."
+    )
+    return steps, flags, note
+
+
+def export_llama_cpp(pair: ExportPair, options: ServeOptions) -> Export:
+    """GGUF conversion steps, then `llama-server -m TARGET.gguf ...`. Flags from common/arg.cpp of
+    llama.cpp as vendored in llama-cpp-python 0.3.36: -m, -md (--spec-draft-model), --spec-type,
+    --spec-draft-n-max, --spec-draft-p-min, --spec-ngram-simple-size-n/-m, --host, --port; the
+    --spec-type names from common/speculative.cpp."""
+    _check_runs("llama.cpp", pair)
+    target_stem = _stem(pair.target)
+    steps, target_gguf = _gguf_steps(pair.target, target_stem)
+    argv = ["llama-server", "-m", target_gguf]
+    notes = [*pair.notes]
+    if pair.strategy == "lookup":
+        flags, more = _llama_lookup(pair)
+        argv += flags
+        notes += more
+    elif pair.speculates:
+        more_steps, flags, note = _llama_draft(pair, target_stem if pair.target.hub else pair.target.location)
+        steps += more_steps
+        argv += flags
+        notes.append(note)
+    argv += _host_port(options)
+    notes += _k_notes("llama.cpp", pair)
+    notes += _llama_notes(pair, options)
+    return Export("llama.cpp", tuple(argv), tuple(steps), tuple(notes))
+
+
+def _llama_notes(pair: ExportPair, options: ServeOptions) -> list[str]:
+    notes = []
+    if options.tp is not None or options.pp is not None:
+        notes.append(
+            "--tp/--pp: no counterpart in llama.cpp; llama-server splits a model over the GPUs it sees "
+            "(--split-mode layer|row|tensor) and over machines through rpc-server (--rpc HOST:PORT,...)."
+        )
+    notes.append(
+        "run the steps in llama.cpp's source folder (convert_hf_to_gguf.py, with "
+        "pip install -r requirements/requirements-convert_hf_to_gguf.txt); llama-server and "
+        "llama-quantize come with a llama.cpp build."
+    )
+    if pair.target.quantization == "4bit":
+        notes.append(
+            f"4-bit target (--quant / the preset): llama.cpp quantizes to its own {_Q4}, not bitsandbytes "
+            "nf4; output matches that GGUF target, not specli's 4-bit one."
+        )
+    if pair.target.quantization == "8bit":
+        notes.append(
+            "8-bit target (--quant / the preset): llama.cpp's Q8_0 is not bitsandbytes LLM.int8; output "
+            "matches the Q8_0 target."
+        )
+    if pair.target.embedded:
+        notes.append(
+            "convert_hf_to_gguf.py refuses the embedded tokenizer (its BPE pre-tokenizer is not in "
+            "llama.cpp's list): it is GPT-2's byte-level BPE, which scripts/gguf_convert.py answers."
+        )
+    return notes
+
+
+# --------------------------------------------------------------------------- entry point
+
+_EXPORTERS = {"vllm": export_vllm, "sglang": export_sglang, "llama.cpp": export_llama_cpp}
+
+
+def export(engine: str, pair: ExportPair, options: ServeOptions | None = None) -> Export:
+    """The engine's launch command for `pair` (UsageError for an unknown engine or what it cannot run)."""
+    return _EXPORTERS[check_engine(engine)](pair, options or ServeOptions())
