@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# llama.cpp's llama-server beside specli, on the embedded pair (README: "Against llama.cpp").
+#
+#   sh scripts/llama_cpp.sh build     # llama-server from source + the embedded pair as GGUF (~20 min, 2 cores)
+#   sh scripts/llama_cpp.sh serve     # llama-server on 127.0.0.1:8090 with the drafter (draft-simple)
+#   sh scripts/llama_cpp.sh bench     # one `specli bench` run: specli's strategies beside llama-server
+#                                     # plain, with its draft model and with its n-gram drafting
+#
+# llama.cpp's source (tools/server, convert_hf_to_gguf.py, conversion/, gguf-py) comes vendored in the
+# llama-cpp-python 0.3.36 source distribution on PyPI; cmake and g++ build it. Nothing is committed from
+# it. Work happens in $LLAMA_DIR (default .cache/llama.cpp, git-ignored).
+#
+# The converter identifies BPE pre-tokenizers by a hash of known models and refuses the embedded
+# tokenizer; it is a byte-level BPE with GPT-2's split pattern, i.e. llama.cpp's `gpt-2` pre-tokenizer,
+# which scripts/gguf_convert.py answers for it (checked: the converted target tokenizes the prompts as
+# specli does, and its greedy text is identical).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+LLAMA_DIR=${LLAMA_DIR:-$ROOT/.cache/llama.cpp}
+VERSION=0.3.36
+SRC=$LLAMA_DIR/llama_cpp_python-$VERSION/vendor/llama.cpp
+SERVER=$SRC/build/bin/llama-server
+GGUF=$LLAMA_DIR/gguf
+PORT=${PORT:-8090}
+THREADS=${THREADS:-2}
+PY=${PYTHON:-python}
+
+build() {
+  mkdir -p "$LLAMA_DIR" "$GGUF"
+  if [ ! -d "$SRC" ]; then
+    "$PY" -m pip download "llama-cpp-python==$VERSION" --no-binary :all: --no-deps -d "$LLAMA_DIR"
+    tar xzf "$LLAMA_DIR/llama_cpp_python-$VERSION.tar.gz" -C "$LLAMA_DIR"
+  fi
+  if [ ! -x "$SERVER" ]; then
+    cmake -S "$SRC" -B "$SRC/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF \
+      -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON
+    cmake --build "$SRC/build" --target llama-server -j "$(nproc)"
+  fi
+  "$PY" -m pip install -q "$SRC/gguf-py" sentencepiece  # the converter's own dependencies
+  for model in tiny-target tiny-draft; do
+    "$PY" scripts/gguf_convert.py "$SRC" "$ROOT/specli/embedded/$model" "$GGUF/$model.gguf"
+  done
+  echo "built: $SERVER; GGUF files in $GGUF"
+}
+
+serve() {  # $1: extra llama-server arguments (the drafting mode)
+  exec "$SERVER" -m "$GGUF/tiny-target.gguf" --host 127.0.0.1 --port "$PORT" -t "$THREADS" -c 2048 \
+    --metrics --no-webui "$@"
+}
+
+bench() {  # three llama-servers in turn: plain, with the drafter, with n-gram drafting
+  # ngram-simple drafts --spec-ngram-simple-size-m tokens after an n-token match (defaults 48 and 12);
+  # set to specli lookup's n-gram 3 and k 4. --spec-draft-n-max does not apply to it.
+  local modes=("plain:" "draft:-md $GGUF/tiny-draft.gguf --spec-type draft-simple --spec-draft-n-max 4"
+    "ngram:--spec-type ngram-simple --spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 4")
+  local endpoints=() pids=() port=$PORT
+  for mode in "${modes[@]}"; do
+    name=${mode%%:*}; args=${mode#*:}
+    # shellcheck disable=SC2086
+    "$SERVER" -m "$GGUF/tiny-target.gguf" --host 127.0.0.1 --port "$port" -t "$THREADS" -c 2048 \
+      --metrics --no-webui $args > "$LLAMA_DIR/server-$name.log" 2>&1 &
+    pids+=($!)
+    endpoints+=(--endpoint "llama-server $name=http://127.0.0.1:$port/v1")
+    port=$((port + 1))
+  done
+  trap 'kill "${pids[@]}" 2>/dev/null' EXIT
+  for p in $(seq "$PORT" $((port - 1))); do  # wait until each answers
+    for _ in $(seq 60); do curl -sf "http://127.0.0.1:$p/health" >/dev/null && break; sleep 1; done
+  done
+  specli bench --strategy draft --strategy lookup "${endpoints[@]}" --threads "$THREADS" "$@"
+}
+
+case "${1:-}" in
+  build) build ;;
+  serve) shift; serve -md "$GGUF/tiny-draft.gguf" --spec-type draft-simple --spec-draft-n-max 4 "$@" ;;
+  bench) shift; bench "$@" ;;
+  *) echo "usage: sh scripts/llama_cpp.sh build|serve|bench [specli bench options]" >&2; exit 2 ;;
+esac
