@@ -8,6 +8,11 @@ acceptance per draft position against k (what parallel drafting buys: its draft 
 Per prompt every strategy starts from fresh drafter state; warm-up runs are not counted; repeats are
 interleaved (the order rotates each repeat) so drift hits all strategies alike; times are medians over
 repeats. Greedy runs must reproduce the baseline's tokens exactly; a difference is an error.
+
+Servers (`specli bench --endpoint`, specli/endpoint.py) take turns in the same rotation as `Remote`s;
+their rows join the summary under their labels, with the serving metrics local rows also carry (time to
+first token, per-token and per-chunk latency, and speculation named as `vllm bench serve` names it).
+Importing this module imports neither torch nor transformers (a bench of servers alone loads no model).
 """
 
 from __future__ import annotations
@@ -22,23 +27,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-import torch
-import transformers
-
 from specli import __version__
-from specli.cached_lm import synchronize
 from specli.errors import UsageError
 from specli.events import Stats
 from specli.render.words import count
-from specli.static_cache import compiled_graphs
 
 if TYPE_CHECKING:
+    import torch
+
     from specli.api import Pair
     from specli.settings import Settings
 
 SETS = ("code", "chat")
 BASELINE = "none"
 HF_PREFIX = "transformers: "  # interleaved transformers runs are strategies named so
+REMOTE_PREFIX = "endpoint: "  # a server's turn in the rotation
 
 
 class Progress(Protocol):
@@ -48,6 +51,17 @@ class Progress(Protocol):
     def stage(self, description: str, total: int | None = None, similar: bool = False) -> None: ...
 
     def advance(self, n: int = 1) -> None: ...
+
+
+class Remote(Protocol):
+    """A server measured in the same rotation as the local strategies (specli.endpoint.EndpointRunner):
+    `run` sends one prompt (a warm-up run is not recorded) and keeps its own results; a failure sets
+    `error` (one line) and the remote is skipped from then on."""
+
+    label: str
+    error: str | None
+
+    def run(self, prompt: BenchPrompt, repeat: int, warm_up: bool) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -108,6 +122,8 @@ class Measurement:
     num_draft_tokens: int | None = None  # set in a k sweep: the k this run used
     error: str | None = None  # a transformers mode that failed
     compiled: bool = False  # torch.compile built a graph during the timed run: not steady-state time
+    ttft_s: float | None = None  # from the start to the first round that committed tokens
+    chunk_gaps: list[float] = field(default_factory=list, repr=False)  # between rounds that committed
 
     @property
     def label(self) -> str:
@@ -231,6 +247,9 @@ def measure(
     settings = bench.settings.replace(strategy=strategy, seed=bench.base_seed + repeat)
     if k is not None:  # a sweep measures each k as such: every round drafts k
         settings = settings.replace(num_draft_tokens=k, fixed_k=True)
+    from specli.cached_lm import synchronize
+    from specli.static_cache import compiled_graphs
+
     stats = Stats()
     output: list[int] = []
     device = pair.target.device
@@ -238,15 +257,24 @@ def measure(
     graphs = compiled_graphs()
     synchronize(device)
     start = time.perf_counter()
+    commits: list[float] = []  # when each round that committed tokens came (its tokens are on the host)
     for r in pair.stream(prompt_ids=ids, settings=settings):
         stats.observe(r)
         output += r.committed
+        if r.committed:
+            commits.append(time.perf_counter())
     synchronize(device)
     elapsed = time.perf_counter() - start
     compiled = compiled_graphs() > graphs  # torch built a graph inside the timed run
     return Measurement(
-        prompt.id, prompt.category, strategy, repeat, elapsed, stats, output, k, compiled=compiled
-    )
+        prompt.id, prompt.category, strategy, repeat, elapsed, stats, output, k, compiled=compiled,
+        ttft_s=commits[0] - start if commits else None, chunk_gaps=gaps(commits),
+    )  # fmt: skip
+
+
+def gaps(times: Sequence[float]) -> list[float]:
+    """Differences between successive times."""
+    return [b - a for a, b in zip(times, times[1:], strict=False)]
 
 
 def encode_prompts(
@@ -265,28 +293,41 @@ def encode_prompts(
 
 
 def run_bench(
-    pair: Pair,
+    pair: Pair | None,
     encoded: list[tuple[BenchPrompt, list[int]]],
     strategies: Sequence[str],
     bench: BenchSettings,
     on_prompt: Callable[[BenchPrompt], None] | None = None,
     progress: Progress | None = None,
     hf_modes: dict[str, dict[str, Any]] | None = None,
+    remotes: Sequence[Remote] = (),
 ) -> list[Measurement]:
     """Baseline + strategies on every (prompt, ids), repeats interleaved; returns every measurement.
     In a sweep (bench.ks) every strategy but the baseline runs once per k. `hf_modes` (name -> the
     generate() arguments of a transformers mode) run in the same rotation, as strategies named
     HF_PREFIX + name, so drift hits them alike; a mode that fails is recorded once and dropped.
+    `remotes` (servers) take their turns in the rotation too and keep their own results; a remote that
+    failed is skipped. Without a pair only the remotes run (the ids are then unused).
     `progress` hears of two stages, warm-up and measuring, and of every run."""
     ks = bench.ks
-    order: list[tuple[str, int | None]] = [(BASELINE, None)]
-    for s in strategies:
+    order: list[tuple[str, int | None]] = [(BASELINE, None)] if pair is not None else []
+    for s in strategies if pair is not None else ():
         if s != BASELINE:
             order += [(s, k) for k in ks] if ks else [(s, None)]
     order += [(HF_PREFIX + name, None) for name in hf_modes or {}]
+    by_key = {REMOTE_PREFIX + r.label: r for r in remotes}
+    order += [(key, None) for key in by_key]
     failed: set[str] = set()
 
-    def run(prompt: BenchPrompt, ids: list[int], strategy: str, repeat: int, k: int | None) -> Measurement:
+    def run(
+        prompt: BenchPrompt, ids: list[int], strategy: str, repeat: int, k: int | None, warm_up: bool
+    ) -> Measurement | None:
+        if strategy in by_key:
+            by_key[strategy].run(prompt, repeat, warm_up)
+            if by_key[strategy].error:
+                failed.add(strategy)
+            return None
+        assert pair is not None
         if not strategy.startswith(HF_PREFIX):
             return measure(pair, prompt, ids, strategy, bench, repeat, k)
         name = strategy[len(HF_PREFIX) :]
@@ -300,23 +341,23 @@ def run_bench(
         stats = Stats(rounds=len(output), tokens=len(output))
         return Measurement(prompt.id, prompt.category, strategy, repeat, seconds, stats, output)
 
+    measurements: list[Measurement] = []
+    if not order or not encoded:
+        return measurements
     if progress and bench.warmup:
         progress.stage("warm-up (not counted)", bench.warmup * len(order))
-    measurements: list[Measurement] = []
     for _ in range(bench.warmup):
         for strategy, k in order:
-            done = run(encoded[0][0], encoded[0][1], strategy, 0, k)
-            if done.error:
-                measurements.append(done)
+            if strategy not in failed:
+                done = run(encoded[0][0], encoded[0][1], strategy, 0, k, warm_up=True)
+                if done is not None and done.error:
+                    measurements.append(done)
             if progress:
                 progress.advance()
     if progress:
-        ours = len(order) - len(hf_modes or {})
-        runs = count(ours, "strategy", "strategies") if not ks else count(ours, "variant")
-        if hf_modes:
-            runs += f" (+ {count(len(hf_modes), 'transformers mode')})"
         progress.stage(
-            f"measuring {count(len(encoded), 'prompt')} × {runs} × {count(bench.repeats, 'repeat')}",
+            f"measuring {count(len(encoded), 'prompt')} × {_runs_words(order, hf_modes, by_key, ks)} × "
+            f"{count(bench.repeats, 'repeat')}",
             len(encoded) * bench.repeats * len(order),
             similar=True,
         )
@@ -324,17 +365,31 @@ def run_bench(
         for repeat in range(bench.repeats):
             shift = repeat % len(order)
             for strategy, k in order[shift:] + order[:shift]:
-                if strategy in failed:
-                    if progress:
-                        progress.advance()
-                    continue
-                done = run(prompt, ids, strategy, repeat, k)
-                measurements.append(done)
+                if strategy not in failed:
+                    done = run(prompt, ids, strategy, repeat, k, warm_up=False)
+                    if done is not None:
+                        measurements.append(done)
                 if progress:
                     progress.advance()
         if on_prompt:
             on_prompt(prompt)
     return measurements
+
+
+def _runs_words(
+    order: list[tuple[str, int | None]], hf_modes: dict[str, Any] | None, remotes: dict[str, Remote], ks: Any
+) -> str:
+    """'4 strategies', '3 variants (+ 4 transformers modes)', '2 strategies (+ 1 endpoint)', '2 endpoints'."""
+    ours = len(order) - len(hf_modes or {}) - len(remotes)
+    extra = []
+    if hf_modes:
+        extra.append(count(len(hf_modes), "transformers mode"))
+    if remotes:
+        extra.append(count(len(remotes), "endpoint"))
+    if not ours:
+        return " + ".join(extra)
+    words = count(ours, "strategy", "strategies") if not ks else count(ours, "variant")
+    return words + (f" (+ {', '.join(extra)})" if extra else "")
 
 
 def identity_errors(measurements: list[Measurement]) -> list[str]:
@@ -414,6 +469,71 @@ def _strategy_metrics(strategy: str, runs: list[Measurement]) -> dict[str, Any]:
         "per_position_accept_prob": every.per_position_accept_prob,
         "expected_tokens_per_round": every.expected_tokens_per_round,
         "compiled_runs": sum(m.compiled for m in runs),
+        **latency_metrics(
+            [m.ttft_s for m in runs if m.ttft_s is not None],
+            [t for m in runs if (t := _tpot(m)) is not None],
+            [g for m in runs for g in m.chunk_gaps],
+        ),
+        **{
+            key: value  # acceptance_rate is there already (the same figure; 0.0 when nothing was drafted)
+            for key, value in speculation_metrics(
+                every.position_drafted[0] if every.position_drafted else 0,
+                every.drafted,
+                every.accepted,
+                every.position_accepted,
+            ).items()
+            if key != "acceptance_rate"
+        },
+    }
+
+
+def _tpot(m: Measurement) -> float | None:
+    """Seconds per output token after the first (None for a run of fewer than 2 tokens)."""
+    tokens = len(m.output)
+    return (m.elapsed_s - m.ttft_s) / (tokens - 1) if m.ttft_s is not None and tokens > 1 else None
+
+
+def _ms(values: Sequence[float], how: Callable[[Sequence[float]], float]) -> float | None:
+    return 1000 * how(values) if values else None
+
+
+def latency_metrics(
+    ttfts: Sequence[float], tpots: Sequence[float], chunk_gaps: Sequence[float]
+) -> dict[str, float | None]:
+    """Latencies in milliseconds as `vllm bench serve` reports them (None without values): TTFT, from
+    the start to the first token; TPOT, (end − first token) / (tokens − 1) per run; ITL, the gaps
+    between successive chunks of tokens (a speculative round's tokens arrive in one chunk)."""
+    return {
+        "mean_ttft_ms": _ms(ttfts, statistics.fmean),
+        "median_ttft_ms": _ms(ttfts, statistics.median),
+        "mean_tpot_ms": _ms(tpots, statistics.fmean),
+        "median_tpot_ms": _ms(tpots, statistics.median),
+        "mean_itl_ms": _ms(chunk_gaps, statistics.fmean),
+        "median_itl_ms": _ms(chunk_gaps, statistics.median),
+    }
+
+
+def speculation_metrics(
+    drafts: int | None,
+    draft_tokens: int | None,
+    accepted: int | None,
+    accepted_per_position: Sequence[int] | None,
+) -> dict[str, Any]:
+    """The speculation figures `vllm bench serve` prints, from its counters (None where a count is not
+    known or its denominator is 0): drafts (rounds that drafted), draft tokens, accepted tokens,
+    acceptance rate = accepted / draft tokens, acceptance length = 1 + accepted / drafts (tokens per
+    round, bonus included), per-position acceptance rate = accepted at position i / drafts."""
+    per_position = list(accepted_per_position) if accepted_per_position is not None else None
+    return {
+        "drafts": drafts,
+        "draft_tokens": draft_tokens,
+        "accepted_tokens": accepted,
+        "acceptance_rate": accepted / draft_tokens if accepted is not None and draft_tokens else None,
+        "acceptance_length": 1 + accepted / drafts if accepted is not None and drafts else None,
+        "accepted_per_position": per_position,
+        "per_position_acceptance_rate": (
+            [n / drafts for n in per_position] if per_position is not None and drafts else None
+        ),
     }
 
 
@@ -494,12 +614,17 @@ def sweep(overall: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]
 
 def peak_memory_bytes(device: torch.device) -> int:
     """Peak GPU memory allocated (CUDA), else the process's peak resident memory."""
+    import torch
+
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
 def environment(pair: Pair, dtype: str | None, quant: str | None) -> dict[str, Any]:
+    import torch
+    import transformers
+
     device = pair.target.device
     return {
         "specli": __version__,
@@ -526,16 +651,19 @@ def report(
     env: dict[str, Any],
     hf: dict[str, Any] | None,
     skipped: list[str] | None = None,
+    served: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Everything a later comparison needs: settings, environment, summaries, per-prompt runs, errors.
     `hf`: transformers' results when they ran apart; interleaved runs among `measurements` are summed up
-    here instead (`transformers_results`)."""
+    here instead (`transformers_results`). `served`: the servers' part (specli.endpoint.served_report):
+    their rows join the summary under their labels, their errors the errors, and the report gains
+    "endpoints" and "endpoint_runs" (only then: a local bench's report keeps its keys)."""
     ours = [m for m in measurements if not m.strategy.startswith(HF_PREFIX)]
     errors = identity_errors(ours) if bench.settings.greedy else []
     if hf is None and len(ours) < len(measurements):
         hf = transformers_results(measurements)
     summary = summarize(ours, bench.settings.num_draft_tokens)
-    return {
+    out = {
         "settings": bench.to_dict(),
         "environment": env,
         "summary": summary,
@@ -544,6 +672,24 @@ def report(
         "skipped": skipped or [],
         "transformers": hf,
         "runs": [m.to_dict() for m in ours],
+    }
+    if served is not None:
+        out["summary"] = merge_summaries(summary, served["summary"])
+        out["errors"] = errors + served["errors"]
+        out["endpoints"] = served["endpoints"]
+        out["endpoint_runs"] = served["runs"]
+    return out
+
+
+def merge_summaries(
+    local: dict[str, dict[str, dict[str, Any]]], served: dict[str, dict[str, dict[str, Any]]]
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """Both summaries' rows in one {category: {name: metrics}}: local rows first in each category,
+    categories in order of first appearance, "overall" last."""
+    names = [c for c in [*local, *served] if c != "overall"]
+    return {
+        category: {**local.get(category, {}), **served.get(category, {})}
+        for category in [*dict.fromkeys(names), "overall"]
     }
 
 
@@ -581,6 +727,10 @@ def transformers_generate(
     """One transformers generate() in a mode (`extra`: its keyword arguments) with the bench's settings:
     max_new_tokens, and when sampling temperature, top-k and top-p as set, seeded -> (new token ids,
     seconds, CUDA synchronised at both ends)."""
+    import torch
+
+    from specli.cached_lm import synchronize
+
     device = pair.target.device
     ids = torch.tensor([prompt_ids], device=device)
     sampling = {}

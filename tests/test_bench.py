@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -481,3 +482,60 @@ def test_bench_footer_says_how_k_was_chosen(fixed, ks, words):
     footer = printed(report)
     assert words in footer, footer
     assert ("fixed k=4" in footer) is fixed
+
+
+# --------------------------------------------------------------------------- beside servers
+
+
+def test_local_rows_carry_the_figures_servers_report():
+    """Local rows carry vLLM's figures so they sit beside a server's: drafts = rounds that drafted (the
+    last round, which the budget left no draft, is not one), acceptance length = 1 + accepted / drafts
+    (not τ = tokens / rounds), per-position acceptance over drafts; TTFT, TPOT and ITL from the times
+    of the rounds that committed."""
+    stats = Stats(
+        rounds=5, drafted=12, accepted=8, rejections=2, tokens=13, verify_time=1.0,
+        position_drafted=[4, 4, 4], position_accepted=[4, 3, 1], position_judged=[4, 4, 3],
+    )  # fmt: skip
+    run = b.Measurement(
+        "1", "c", "draft", 0, 1.0, stats, [1] * 13, ttft_s=0.2, chunk_gaps=[0.1, 0.2, 0.3, 0.2]
+    )
+    summary = b.summarize([m("none"), run], k=3)["overall"]
+    s = summary["draft"]
+    assert (s["drafts"], s["draft_tokens"], s["accepted_tokens"]) == (4, 12, 8)
+    assert s["acceptance_length"] == pytest.approx(3.0) and s["mean_acceptance_length"] == pytest.approx(
+        13 / 5
+    )
+    assert s["acceptance_rate"] == pytest.approx(8 / 12)
+    assert s["accepted_per_position"] == [4, 3, 1]
+    assert s["per_position_acceptance_rate"] == pytest.approx([1.0, 0.75, 0.25])
+    assert s["mean_ttft_ms"] == pytest.approx(200.0)
+    assert s["mean_tpot_ms"] == pytest.approx(1000 * 0.8 / 12)
+    assert (s["mean_itl_ms"], s["median_itl_ms"]) == (pytest.approx(200.0), pytest.approx(200.0))
+    plain = summary["none"]
+    assert plain["drafts"] == 0 and plain["acceptance_length"] is None and plain["acceptance_rate"] == 0.0
+
+
+@dataclass
+class FakeRemote:
+    """A server's turns in the rotation (specli.bench.Remote), recorded; it fails at call `fail_at`."""
+
+    label: str
+    fail_at: int | None = None
+    calls: list = field(default_factory=list)
+    error: str | None = None
+
+    def run(self, prompt, repeat, warm_up):
+        self.calls.append((prompt.id, repeat, warm_up))
+        if self.fail_at is not None and len(self.calls) >= self.fail_at:
+            self.error = f"endpoint {self.label}: gone"
+
+
+def test_servers_take_turns_with_the_same_warm_up_and_repeats():
+    """Without a local pair only the remotes run: warm-up on the first prompt, then every prompt ×
+    repeat; one that fails is not called again and the others go on."""
+    prompts = [(b.BenchPrompt(i, "c", "x"), []) for i in ("1", "2")]
+    good, bad = FakeRemote("good"), FakeRemote("bad", fail_at=2)
+    bench = b.BenchSettings(resolve_settings(), repeats=2, warmup=1)
+    assert b.run_bench(None, prompts, ["draft"], bench, remotes=[good, bad]) == []
+    assert good.calls == [("1", 0, True), ("1", 0, False), ("1", 1, False), ("2", 0, False), ("2", 1, False)]
+    assert bad.calls == [("1", 0, True), ("1", 0, False)]

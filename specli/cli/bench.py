@@ -1,11 +1,14 @@
-"""`specli bench`: strategies against plain decoding (and transformers) on prompt sets, per category."""
+"""`specli bench`: strategies against plain decoding (and transformers) on prompt sets, per category; and
+any OpenAI-compatible server (`--endpoint`, specli/endpoint.py) on the same prompts, beside them or alone
+(then no model loads)."""
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -39,8 +42,11 @@ from specli.errors import UsageError
 from specli.presets import MAX_DRAFT_TOKENS
 from specli.render.bench import bench_view
 from specli.render.progress import Counted
-from specli.settings import check_strategy
+from specli.settings import STRATEGIES, check_strategy, resolve_settings
 from specli.threads import AUTO
+
+if TYPE_CHECKING:
+    from specli.endpoint import Endpoint, EndpointRunner
 
 
 @app.command(
@@ -49,7 +55,9 @@ from specli.threads import AUTO
     "  specli bench                                    # the embedded pair on its code prompt set\n\n"
     "  specli bench --strategy draft --strategy lookup --strategy self --category editing\n\n"
     "  specli bench --preset llama-70b-1b --set chat --limit 10 --compare-hf --json run.json\n\n"
-    "  specli bench --preset qwen2.5-7b-0.5b --prompts question.jsonl    # Spec-Bench format",
+    "  specli bench --preset qwen2.5-7b-0.5b --prompts question.jsonl    # Spec-Bench format\n\n"
+    "  specli bench --strategy draft --endpoint http://127.0.0.1:8080/v1   # beside a running server\n\n"
+    "  specli bench --endpoint vllm=http://gpu1:8000/v1 --endpoint llama=http://gpu1:8080 --set chat",
 )
 def bench(
     preset: PresetOpt = None,
@@ -103,9 +111,33 @@ def bench(
     trust_remote_code: TrustOpt = False,
     threads: ThreadsOpt = AUTO,
     compile: CompileOpt = False,
+    endpoint: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="An OpenAI-compatible server to measure on the same prompts (repeatable): its API base URL, "
+            "e.g. http://127.0.0.1:8000/v1, or NAME=URL to name its row. With endpoints only (no --strategy, "
+            "--preset, --target or --draft) no model loads.",
+            metavar="[NAME=]URL",
+        ),
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(help="Bearer token sent to every endpoint.", envvar="SPECLI_API_KEY", show_envvar=True),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(help="Model name asked of every endpoint (default: the first of its /models)."),
+    ] = None,
+    concurrency: Annotated[
+        int, typer.Option(help="Requests in flight at once per endpoint (1: one after another).", min=1)
+    ] = 1,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds an endpoint may stay silent before its request fails.", min=0.1)
+    ] = 60.0,
     debug: DebugOpt = False,
 ) -> None:
-    """Measure strategies against plain decoding (and transformers) on prompt sets, per category."""
+    """Measure strategies against plain decoding (and transformers) on prompt sets, per category; and
+    OpenAI-compatible servers (--endpoint) on the same prompts, beside them or alone."""
     from specli import bench as b
 
     options = GenerationOptions(
@@ -120,42 +152,70 @@ def bench(
             raise UsageError("give --sweep-k or --num-draft-tokens, not both.")
         if prompts and prompt_set:
             raise UsageError("give --prompts or --set, not both.")
+        local = not endpoint or bool(strategies or preset or target or draft)
+        endpoints = _endpoints(endpoint or [], api_key, model, local, compare_hf, ks)
         source = Path(prompts) if prompts else (b.set_path(prompt_set) if prompt_set else None)
+        if source is None and not local:  # no model to choose the packaged set by
+            source = b.set_path("code")
         loaded = b.read_prompts(source) if source else None
         if loaded is not None:  # a bad --category or --limit fails before anything loads
             b.select_prompts(loaded, category or [], limit)
         elif category:  # the packaged set is chosen by the model: the category must be in one of them
             b.check_packaged_categories(category)
-        models = ModelOptions(
-            preset=preset, target=target, draft=draft,
-            strategy=strategies[0] if strategies else None, also=tuple(strategies[1:]),
-            device=device, dtype=dtype, quant=quant, allow_pickle=allow_pickle,
-            trust_remote_code=trust_remote_code, threads=threads, compile=compile,
-        )  # fmt: skip
-        pair, settings = load_pair(models, options, note_greedy=False, announce="bench")
-        strategies = strategies or [pair.strategy]
-        sweep = {"num_draft_tokens": max(ks)} if ks else {}  # the largest k fits every model's context
-        for other in strategies:  # each strategy's settings are valid for this pair, before any run
-            pair.settings(**{**options.overrides(), **sweep}, strategy=other)
-        if loaded is None:
-            loaded = b.read_prompts(b.set_path("chat" if pair.uses_chat(settings.chat) else "code"))
-        selected = b.select_prompts(loaded, category or [], limit)
-        bench_settings = b.BenchSettings(settings=settings, repeats=repeats, warmup=warmup, ks=ks)
         err = stderr_console()
-        encoded, skipped = b.encode_prompts(pair, selected, settings.chat)
+        runners = _start_endpoints(endpoints, timeout, err.print)
+        if local:
+            models = ModelOptions(
+                preset=preset, target=target, draft=draft,
+                strategy=strategies[0] if strategies else None, also=tuple(strategies[1:]),
+                device=device, dtype=dtype, quant=quant, allow_pickle=allow_pickle,
+                trust_remote_code=trust_remote_code, threads=threads, compile=compile,
+            )  # fmt: skip
+            pair, settings = load_pair(models, options, note_greedy=False, announce="bench")
+            strategies = strategies or [pair.strategy]
+            sweep = {"num_draft_tokens": max(ks)} if ks else {}  # the largest k fits every model's context
+            for other in strategies:  # each strategy's settings are valid for this pair, before any run
+                pair.settings(**{**options.overrides(), **sweep}, strategy=other)
+            if loaded is None:
+                loaded = b.read_prompts(b.set_path("chat" if pair.uses_chat(settings.chat) else "code"))
+            selected = b.select_prompts(loaded, category or [], limit)
+            encoded, skipped = b.encode_prompts(pair, selected, settings.chat)
+            uses_chat = pair.uses_chat(settings.chat)
+        else:
+            _local_only_note(err.print, {
+                "--num-draft-tokens": num_draft_tokens is not None, "--fixed-k": fixed_k,
+                "--draft-p-min": draft_p_min is not None, "--exit-layer": exit_layer is not None,
+                "--ngram-min/max": ngram_min is not None or ngram_max is not None, "--compile": compile,
+                "--device": device != "auto", "--dtype": dtype is not None, "--quant": quant is not None,
+                "--threads": threads != AUTO,
+            })  # fmt: skip
+            pair, settings = None, resolve_settings(**options.overrides())
+            selected = b.select_prompts(loaded or [], category or [], limit)
+            encoded, skipped = [(p, []) for p in selected], []  # the servers tokenize the text
+            uses_chat = bool(chat)
+        bench_settings = b.BenchSettings(settings=settings, repeats=repeats, warmup=warmup, ks=ks)
         for note in skipped:
             err.print(f"warning: {note}", markup=False)
+        live = [r for r in runners if r.error is None]
+        for runner in live:  # the servers get the prompts as the local models do: templated when they are
+            runner.bench, runner.chat = bench_settings, uses_chat
         with Counted(err, "bench") as counted:  # every stage: its count and the time it has left
-            modes = b.transformers_modes(pair, strategies, settings) if compare_hf else None
+            modes = b.transformers_modes(pair, strategies, settings) if compare_hf and pair else None
+            remotes = live if concurrency == 1 else []
             measurements = b.run_bench(
-                pair, encoded, strategies, bench_settings, progress=counted, hf_modes=modes
-            )  # transformers' runs interleaved with specli's: machine drift hits both alike
-            hf = None
-        env = b.environment(pair, dtype, quant)
-        env["peak_memory_bytes"] = b.peak_memory_bytes(pair.target.device)
-        env["threads_option"] = threads  # env["threads"]: the count torch used
-        env["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY")
-        result = b.report(measurements, bench_settings, env, hf, skipped)
+                pair, encoded, strategies, bench_settings, progress=counted, hf_modes=modes, remotes=remotes
+            )  # transformers' runs and the servers' interleaved with specli's: drift hits all alike
+            for runner in live if concurrency > 1 else []:
+                runner.run_concurrently([p for p, _ in encoded], concurrency, counted)
+        for runner in runners:
+            runner.close()
+        env = _environment(b, pair, dtype, quant, threads)
+        served = None
+        if runners:
+            from specli.endpoint import served_report
+
+            served = served_report(runners)
+        result = b.report(measurements, bench_settings, env, None, skipped, served=served)
         out = Console(highlight=False)
         if not out.is_terminal:
             out = Console(highlight=False, width=150)
@@ -164,6 +224,75 @@ def bench(
             Path(json_file).write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
         if result["errors"]:
             raise typer.Exit(1)
+
+
+def _endpoints(
+    texts: list[str],
+    api_key: str | None,
+    model: str | None,
+    local: bool,
+    compare_hf: bool,
+    ks: tuple[int, ...],
+) -> list[Endpoint]:
+    """The --endpoint URLs as Endpoints (UsageError for a bad one, a label a local row could have, or
+    local-only options when no model loads), after checking the `serve` extra is installed."""
+    if not texts:
+        return []
+    try:
+        import httpx  # noqa: F401
+        import prometheus_client  # noqa: F401
+    except ImportError as e:
+        raise UsageError(
+            f"bench --endpoint needs {e.name}, which is not installed.",
+            "Install it: pip install 'specli[serve]'.",
+        ) from None
+    if not local and compare_hf:
+        raise UsageError("--compare-hf times a local model.", "Add --strategy (or --preset) to load one.")
+    if not local and ks:
+        raise UsageError("--sweep-k sweeps local strategies.", "Add --strategy (or --preset) to load one.")
+    from specli.endpoint import parse_endpoints
+
+    return parse_endpoints(texts, api_key, model, taken=STRATEGIES if local else ())
+
+
+def _local_only_note(say: Callable[..., None], given: dict[str, bool]) -> None:
+    """One line when options that only a local model uses were given to a bench of servers alone."""
+    names = [name for name, on in given.items() if on]
+    if names:
+        say(
+            f"note: {', '.join(names)} {'is' if len(names) == 1 else 'are'} for local runs, and with "
+            "--endpoint alone none runs here (each server drafts as it was started). "
+            "Add --strategy S to run one beside them.",
+            markup=False,
+        )
+
+
+def _start_endpoints(
+    endpoints: list[Endpoint], timeout: float, say: Callable[..., None]
+) -> list[EndpointRunner]:
+    """Reach every endpoint before any model loads (a wrong URL or key fails at once): one error line
+    each on stderr for those that cannot be reached; they stay in the list for the report."""
+    from specli.endpoint import EndpointRunner
+
+    runners = []
+    for e in endpoints:
+        runner = EndpointRunner(e, timeout=timeout, on_error=lambda line: say(f"error: {line}", markup=False))
+        runner.start()
+        runners.append(runner)
+    return runners
+
+
+def _environment(b: Any, pair: Any, dtype: str | None, quant: str | None, threads: str) -> dict[str, Any]:
+    """The report's environment: the local machine's and models' (none when no model loaded)."""
+    if pair is None:
+        from specli.endpoint import client_environment
+
+        return client_environment()
+    env = b.environment(pair, dtype, quant)
+    env["peak_memory_bytes"] = b.peak_memory_bytes(pair.target.device)
+    env["threads_option"] = threads  # env["threads"]: the count torch used
+    env["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY")
+    return env
 
 
 def parse_sweep(text: str) -> tuple[int, ...]:

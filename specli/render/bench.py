@@ -1,4 +1,6 @@
-"""Tables for `specli bench`: per category and overall, per strategy. Consumes the bench report only."""
+"""Tables for `specli bench`: per category and overall, per strategy; with servers (--endpoint), a table
+per category that puts every row side by side in the serving metrics they share (latency, speculation as
+`vllm bench serve` names it). Consumes the bench report only."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ from rich.table import Table
 from rich.text import Text
 
 from specli.render.words import count
+
+NOT_REPORTED = "not reported by this server"  # specli.endpoint.NOT_REPORTED (that module needs httpx)
 
 BARS = " ▁▂▃▄▅▆▇█"
 
@@ -31,6 +35,57 @@ def _split(m: dict[str, Any]) -> str:
         f"{100 * m.get(key, 0.0) / total:.0f}"
         for key in ("draft_time_s", "verify_time_s", "prefill_time_s", "other_time_s")
     )
+
+
+def is_endpoint(metrics: dict[str, Any]) -> bool:
+    """A server's row (bench --endpoint), not a local strategy's."""
+    return metrics.get("kind") == "endpoint"
+
+
+def _ms_cell(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1f}" if value < 100 else f"{value:.0f}"
+
+
+def _speculation_cells(m: dict[str, Any]) -> list[str]:
+    """acc. rate, acc. length, drafts, draft tokens, accepted, per position (%): '–' for a figure not
+    known, and "not reported by this server" across a server's row that reported nothing."""
+    if is_endpoint(m) and m.get("speculation") == NOT_REPORTED:
+        return [NOT_REPORTED, "", "", "", "", ""]
+    rates = m.get("per_position_acceptance_rate")
+    return [
+        _num(m.get("acceptance_rate") if m.get("draft_tokens") else None, ".2f"),
+        _num(m.get("acceptance_length"), ".2f"),
+        _count(m.get("drafts")),
+        _count(m.get("draft_tokens")),
+        _count(m.get("accepted_tokens")),
+        " ".join(f"{100 * r:.0f}" for r in rates) if rates else "–",
+    ]
+
+
+def _count(value: int | None) -> str:
+    return "–" if value is None else str(value)
+
+
+def serving_table(category: str, metrics: dict[str, dict[str, Any]], title: str) -> Table:
+    """Every row of a category, local and served, in the figures they share: speed, latency, and
+    speculation as the servers count it."""
+    table = Table(title=title, title_justify="left", header_style="bold")
+    for name, justify in (
+        ("name", "left"), ("tok/s", "right"), ("TTFT ms", "right"), ("TPOT ms", "right"), ("ITL ms", "right"),
+        ("acc. rate", "right"), ("acc. length", "right"), ("drafts", "right"), ("draft tokens", "right"),
+        ("accepted", "right"), ("per position %", "left"),
+    ):  # fmt: skip
+        table.add_column(name, justify=justify)
+    for name, m in metrics.items():
+        table.add_row(
+            name,
+            f"{m['tokens_per_second']:.1f}",
+            _ms_cell(m.get("mean_ttft_ms")),
+            _ms_cell(m.get("mean_tpot_ms")),
+            _ms_cell(m.get("mean_itl_ms")),
+            *_speculation_cells(m),
+        )
+    return table
 
 
 def category_table(category: str, metrics: dict[str, dict[str, Any]]) -> Table:
@@ -156,44 +211,84 @@ def compiled_rows(metrics: dict[str, dict[str, Any]]) -> list[str]:
     ]
 
 
-def bench_view(report: dict[str, Any]) -> Group:
-    """All tables: each category, overall last, then transformers and any identity errors."""
-    parts: list[Any] = []
-    summary = report["summary"]
-    for category, metrics in summary.items():
-        parts.append(category_table(category, metrics))
-    for strategy, rows in (report.get("sweep") or {}).items():
-        parts.append(sweep_table(strategy, rows, report.get("runs")))
-    s = report["settings"]
-    env = report["environment"]
+def local_footer(s: dict[str, Any], env: dict[str, Any]) -> str:
+    """The settings and machine of the local runs, and what the local table's columns mean."""
     sampling = f"top_k={s.get('top_k')} · top_p={s.get('top_p')} · " if s["temperature"] else ""
-    parts.append(
-        Text(
-            draft_length_words(s) + f" · max_new_tokens={s['max_new_tokens']} · "
-            f"temperature={s['temperature']} · {sampling}"
-            f"repeats={s['repeats']} (median) · warm-up={s['warmup']} · {env['device']} {env['dtype']} "
-            f"quant={env['quantization']} · threads={env['threads']} · peak memory "
-            f"{env.get('peak_memory_bytes', 0) / 2**20:.0f} MiB\n"
-            "draft/verify/prefill/other: shares of the time (prefill: the prompt's forward; other: the "
-            "loop around the forwards) · mean k = drafted per round · acc. rate = accepted/drafted · "
-            "α = accepted/(accepted + rejections), the probability that a "
-            "judged draft is kept · τ mean acceptance length (tokens per round) · c draft cost per token "
-            "and v verify cost per round, in plain target steps · bound E(α,k)/(k·c+v) with "
-            "E = (1 − α^(k+1))/(1 − α) at each round's own drafted k (mean E over mean k·c+v) · "
-            "efficiency = speedup / bound"
-            + (
-                " · across k: draft ms/round and its ratio to the smallest k (a parallel drafter's barely "
-                "grows), α by position = P(draft i kept | drafts before it kept); bold: the fastest k"
-                if s.get("sweep_k")
-                else ""
-            ),
-            style="dim",
+    return (
+        draft_length_words(s) + f" · max_new_tokens={s['max_new_tokens']} · "
+        f"temperature={s['temperature']} · {sampling}"
+        f"repeats={s['repeats']} (median) · warm-up={s['warmup']} · {env['device']} {env['dtype']} "
+        f"quant={env['quantization']} · threads={env['threads']} · peak memory "
+        f"{env.get('peak_memory_bytes', 0) / 2**20:.0f} MiB\n"
+        "draft/verify/prefill/other: shares of the time (prefill: the prompt's forward; other: the "
+        "loop around the forwards) · mean k = drafted per round · acc. rate = accepted/drafted · "
+        "α = accepted/(accepted + rejections), the probability that a "
+        "judged draft is kept · τ mean acceptance length (tokens per round) · c draft cost per token "
+        "and v verify cost per round, in plain target steps · bound E(α,k)/(k·c+v) with "
+        "E = (1 − α^(k+1))/(1 − α) at each round's own drafted k (mean E over mean k·c+v) · "
+        "efficiency = speedup / bound"
+        + (
+            " · across k: draft ms/round and its ratio to the smallest k (a parallel drafter's barely "
+            "grows), α by position = P(draft i kept | drafts before it kept); bold: the fastest k"
+            if s.get("sweep_k")
+            else ""
         )
     )
+
+
+def served_footer(report: dict[str, Any], local: bool) -> str:
+    """The servers' settings (when no local run states them), each endpoint, and what the side-by-side
+    columns mean."""
+    s = report["settings"]
+    lines = []
+    if not local:
+        sampling = f" · seed={s['seed']} + repeat" if s["temperature"] else ""
+        lines.append(
+            f"max_new_tokens={s['max_new_tokens']} · temperature={s['temperature']}{sampling} · "
+            f"repeats={s['repeats']} (median) · warm-up={s['warmup']} · prompts sent as text"
+        )
+    overall = report["summary"].get("overall", {})
+    for label, e in report.get("endpoints", {}).items():
+        if e.get("error"):
+            continue
+        speculation = overall.get(label, {}).get("speculation", NOT_REPORTED)
+        source = "speculation " + (speculation if speculation == NOT_REPORTED else f"from {speculation}")
+        at = f" · {e['concurrency']} requests at a time" if e.get("concurrency", 1) > 1 else ""
+        lines.append(f"{label}: {e['url']} · model {e['model']} · {source}{at}")
+    lines.append(
+        "TTFT: time to the first token · TPOT: time per token after the first · ITL: time between "
+        "streamed chunks (a round's tokens arrive together) · acc. rate = accepted / draft tokens · "
+        "acc. length = 1 + accepted / drafts · drafts: rounds that drafted · per position: accepted at "
+        "draft position i / drafts · names as vllm bench serve prints them"
+    )
+    return "\n".join(lines)
+
+
+def bench_view(report: dict[str, Any]) -> Group:
+    """All tables: each category's local rows, overall last, then (with servers) every row side by side
+    per category, then transformers and any errors (identity, unreachable servers)."""
+    parts: list[Any] = []
+    summary = report["summary"]
+    served = any(is_endpoint(m) for per in summary.values() for m in per.values())
+    local = any(not is_endpoint(m) for per in summary.values() for m in per.values())
+    for category, metrics in summary.items():
+        mine = {name: m for name, m in metrics.items() if not is_endpoint(m)}
+        if mine:
+            parts.append(category_table(category, mine))
+    for strategy, rows in (report.get("sweep") or {}).items():
+        parts.append(sweep_table(strategy, rows, report.get("runs")))
+    if local:
+        parts.append(Text(local_footer(report["settings"], report["environment"]), style="dim"))
+    if served:
+        for category, metrics in summary.items():
+            parts.append(serving_table(category, metrics, f"{category}: side by side" if local else category))
+    if served or report.get("endpoints"):
+        parts.append(Text(served_footer(report, local), style="dim"))
     if report.get("transformers"):
         best: dict[str, float] = {}  # each strategy's fastest variant (its best k in a sweep)
         for m in summary.get("overall", {}).values():
-            best[m["strategy"]] = max(best.get(m["strategy"], 0.0), m["tokens_per_second"])
+            if not is_endpoint(m):
+                best[m["strategy"]] = max(best.get(m["strategy"], 0.0), m["tokens_per_second"])
         parts.append(transformers_table(report["transformers"], best))
     compiled = compiled_rows(summary.get("overall", {}))
     if compiled:
