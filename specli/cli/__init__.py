@@ -11,7 +11,7 @@ import os
 import sys
 import threading
 
-from specli.cli import bench, explain, export, generate, presets  # noqa: F401  (each registers its commands)
+from specli.cli import bench, explain, export, generate, presets, serve, train  # noqa: F401  (each registers its commands)
 from specli.cli.app import app
 from specli.cli.bench import parse_sweep
 

@@ -1,0 +1,174 @@
+"""`specli serve`: load a pair once and serve it over an OpenAI-compatible HTTP API (specli.serve)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from specli.cli.app import Command, app
+from specli.cli.common import stderr_console, user_errors
+from specli.cli.options import (
+    AllowPickleOpt,
+    DebugOpt,
+    DeviceOpt,
+    DraftOpt,
+    DraftPMinOpt,
+    DraftTokensOpt,
+    DtypeOpt,
+    ExitLayerOpt,
+    FixedKOpt,
+    GenerationOptions,
+    ModelOptions,
+    NgramMaxOpt,
+    NgramMinOpt,
+    NoColorOpt,
+    PresetOpt,
+    QuantOpt,
+    StrategyOpt,
+    TargetOpt,
+    ThreadsOpt,
+    TrustOpt,
+)
+from specli.errors import SpecliError
+from specli.threads import AUTO
+
+EXTRA_HINT = "pip install 'specli[serve]'"
+
+
+@app.command(
+    cls=Command,
+    epilog="Examples:\n\n"
+    "  specli serve                          # the embedded tiny pair, offline\n\n"
+    "  specli serve --preset llama-8b-1b --port 8080\n\n"
+    "  specli serve --target ./target --draft ./drafter -k 6 --max-queue 4\n\n"
+    "  SPECLI_API_KEY=secret specli serve --host 0.0.0.0 --strategy lookup\n\n"
+    "  curl 127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' \\\n"
+    '      -d \'{"prompt": "def fibonacci(n):", "max_tokens": 64}\'\n\n'
+    "Routes: POST /v1/completions and /v1/chat/completions (streaming with stream: true), GET /v1/models, "
+    "GET /metrics (Prometheus), GET /health. Requests run one at a time in arrival order (batch size 1); "
+    "each answer carries a spec_decode object (drafts, draft_tokens, accepted_tokens, acceptance_rate, "
+    "mean_acceptance_length).",
+)
+def serve(
+    preset: PresetOpt = None,
+    target: TargetOpt = None,
+    draft: DraftOpt = None,
+    strategy: StrategyOpt = None,
+    exit_layer: ExitLayerOpt = None,
+    ngram_min: NgramMinOpt = None,
+    ngram_max: NgramMaxOpt = None,
+    fixed_k: FixedKOpt = False,
+    draft_p_min: DraftPMinOpt = None,
+    num_draft_tokens: DraftTokensOpt = None,
+    max_new_tokens: Annotated[
+        int | None, typer.Option(help="max_tokens of a request that gives none (default: the preset's).")
+    ] = None,
+    temperature: Annotated[
+        float | None,
+        typer.Option(help="temperature of a request that gives none (default: the preset's; 0 = greedy)."),
+    ] = None,
+    top_k: Annotated[int | None, typer.Option(help="top_k of a request that gives none (0 = off).")] = None,
+    top_p: Annotated[float | None, typer.Option(help="top_p of a request that gives none (1 = off).")] = None,
+    host: Annotated[
+        str,
+        typer.Option(help="Address to listen on. Anything but loopback without --api-key prints a warning."),
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on (0: any free port).")] = 8000,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="SPECLI_API_KEY",
+            show_default=False,
+            help="Require 'Authorization: Bearer KEY' on every route but /health.",
+        ),
+    ] = None,
+    max_queue: Annotated[
+        int,
+        typer.Option(min=0, help="Requests that may wait while one runs; more get 503 (0: none wait)."),
+    ] = 16,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = None,
+    quant: QuantOpt = None,
+    allow_pickle: AllowPickleOpt = False,
+    trust_remote_code: TrustOpt = False,
+    threads: ThreadsOpt = AUTO,
+    no_color: NoColorOpt = False,
+    debug: DebugOpt = False,
+) -> None:
+    """Serve a pair over an OpenAI-compatible HTTP API; output is exactly the target's own."""
+    models = ModelOptions(
+        preset=preset, target=target, draft=draft, strategy=strategy, device=device, dtype=dtype,
+        quant=quant, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, threads=threads,
+    )  # fmt: skip
+    options = GenerationOptions(
+        max_new_tokens=max_new_tokens, num_draft_tokens=num_draft_tokens, temperature=temperature,
+        top_k=top_k, top_p=top_p, exit_layer=exit_layer, ngram_min=ngram_min, ngram_max=ngram_max,
+        fixed_k=fixed_k or None, draft_p_min=draft_p_min,
+    )  # fmt: skip
+    with user_errors(debug):
+        _serve(models, options, host, port, api_key or None, max_queue, no_color)
+
+
+def _serve(
+    models: ModelOptions,
+    options: GenerationOptions,
+    host: str,
+    port: int,
+    api_key: str | None,
+    max_queue: int,
+    no_color: bool,
+) -> None:
+    try:  # the extra, before anything loads
+        from specli.serve import ServeConfig, create_app
+        from specli.serve.prompts import has_chat_template
+        from specli.serve.server import bind, is_loopback, run, url
+    except ImportError as e:
+        raise SpecliError(f"specli serve needs the serve extra ({e.name} is missing): {EXTRA_HINT}") from None
+    from specli.api import preset_for
+    from specli.cli.run import load_pair
+    from specli.render.plain import strategy_label
+
+    console = stderr_console(no_color)
+    spec = preset_for(models.preset, target=models.target, draft=models.draft)
+    model_id = models.target or (spec.name if spec is not None else "specli")
+    sock = bind(host, port)  # a busy port fails before the models load
+    try:
+        pair, settings = load_pair(models, options, note_greedy=False, no_color=no_color, announce="serve")
+        aliases = tuple({pair.target_name, *([spec.name] if spec else [])} - {model_id})
+        config = ServeConfig(
+            model=model_id,
+            settings=settings,
+            aliases=aliases,
+            api_key=api_key,
+            max_queue=max_queue,
+            log=lambda line: console.print(line, markup=False),
+        )
+        server_app = create_app(pair, config)
+        if not has_chat_template(pair):
+            console.print(
+                f"note: '{pair.target_name}' has no chat template: /v1/chat/completions continues the "
+                "messages' text joined by newlines.",
+                markup=False,
+            )
+        if not is_loopback(host) and api_key is None:
+            console.print(
+                f"warning: listening on {host} without an API key: anyone who can reach this machine can "
+                "use it. Pass --api-key KEY (or set SPECLI_API_KEY).",
+                markup=False,
+            )
+        label = strategy_label(settings.strategy, settings.num_draft_tokens)
+        auth = "API key required" if api_key else "no API key"
+        ready = (
+            f"serving '{model_id}' ({label}) on {url(sock)}/v1 · {auth} · one request at a time, up to "
+            f"{max_queue} waiting · Ctrl-C stops"
+        )
+        stopped_by = run(
+            server_app,
+            sock,
+            on_signal=lambda sig: server_app.state.worker.close(),
+            on_ready=lambda: console.print(ready, markup=False),
+        )
+    finally:
+        sock.close()
+    console.print(f"stopped{f' ({stopped_by})' if stopped_by else ''}.", markup=False)
