@@ -54,17 +54,18 @@ bench() {  # three llama-servers in turn: plain, with the drafter, with n-gram d
   # set to specli lookup's n-gram 3 and k 4. --spec-draft-n-max does not apply to it.
   local modes=("plain:" "draft:-md $GGUF/tiny-draft.gguf --spec-type draft-simple --spec-draft-n-max 4"
     "ngram:--spec-type ngram-simple --spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 4")
-  local endpoints=() pids=() port=$PORT
+  local endpoints=() port=$PORT
+  PIDS=()  # global: the EXIT trap runs after this function returns
   for mode in "${modes[@]}"; do
     name=${mode%%:*}; args=${mode#*:}
     # shellcheck disable=SC2086
     "$SERVER" -m "$GGUF/tiny-target.gguf" --host 127.0.0.1 --port "$port" -t "$THREADS" -c 2048 \
       --metrics --no-webui $args > "$LLAMA_DIR/server-$name.log" 2>&1 &
-    pids+=($!)
+    PIDS+=($!)
     endpoints+=(--endpoint "llama-server $name=http://127.0.0.1:$port/v1")
     port=$((port + 1))
   done
-  trap 'kill "${pids[@]}" 2>/dev/null' EXIT
+  trap 'kill "${PIDS[@]}" 2>/dev/null || true' EXIT
   for p in $(seq "$PORT" $((port - 1))); do  # wait until each answers
     for _ in $(seq 60); do curl -sf "http://127.0.0.1:$p/health" >/dev/null && break; sleep 1; done
   done
