@@ -471,3 +471,81 @@ def not_enough(needs: list[Need], where: str, fits: Fits, also: Sequence[Option]
     return SpecliError(
         message, f"Nothing fits: the smallest, {least.advice}, needs about {human(least.total_bytes)}. {skip}"
     )
+
+
+# --------------------------------------------------------------------------- training (specli train)
+
+ADAM_BYTES = 16  # per trained parameter: float32 weights, their gradients and AdamW's two moments
+
+
+@dataclass(frozen=True)
+class TrainingNeed:
+    """What a training run holds: frozen weights (the target at its dtype and quantization), the trained
+    parameters (float32, with gradients and AdamW state) and activations per token of a batch (the
+    target's features and distributions, the trained model's forward and backward)."""
+
+    frozen_bytes: int
+    trained_parameters: int
+    activation_bytes_per_token: int
+
+    @property
+    def optimizer_bytes(self) -> int:
+        """The trained parameters with their gradients and AdamW moments."""
+        return self.trained_parameters * ADAM_BYTES
+
+    def activation_bytes(self, batch: int, context: int) -> int:
+        return batch * context * self.activation_bytes_per_token
+
+    def total_bytes(self, batch: int, context: int) -> int:
+        """Everything at a batch of `batch` windows of `context` tokens, with 10% workspace."""
+        held = self.frozen_bytes + self.optimizer_bytes + self.activation_bytes(batch, context)
+        return int(held * WORKSPACE)
+
+
+def largest_batch(need: TrainingNeed, context: int, available: int) -> int:
+    """The largest batch of `context`-token windows that fits in `available` bytes (0: not even one)."""
+    per_window = need.activation_bytes(1, context) * WORKSPACE
+    room = available - (need.frozen_bytes + need.optimizer_bytes) * WORKSPACE
+    batch = max(0, int(room // per_window)) if per_window > 0 else 0
+    while batch > 0 and need.total_bytes(batch, context) > available:  # float rounding at the edge
+        batch -= 1
+    while per_window > 0 and need.total_bytes(batch + 1, context) <= available:
+        batch += 1
+    return batch
+
+
+def largest_context(need: TrainingNeed, available: int, step: int = 64) -> int:
+    """The longest context (a multiple of `step`) at batch 1 that fits in `available` bytes (0: none):
+    activations grow with batch x context, so it is `step` times the largest batch of step-token windows."""
+    return step * largest_batch(need, step, available)
+
+
+def check_training_fits(
+    need: TrainingNeed, batch: int, context: int, where: str, available: int | None
+) -> None:
+    """SpecliError (exit 1) when a run at `batch` x `context` needs more than `available` bytes, with the
+    parts and the largest batch that fits (or, when none does, what to shrink)."""
+    total = need.total_bytes(batch, context)
+    if available is None or total <= available:
+        return
+    message = (
+        f"not enough memory to train: about {human(total)} (frozen weights {human(need.frozen_bytes)}, "
+        f"trained weights + gradients + optimizer {human(need.optimizer_bytes)}, activations "
+        f"{human(need.activation_bytes(batch, context))} at batch {batch} x {context} tokens, 10% workspace) "
+        f"but {where} has {human(available)} free."
+    )
+    skip = "SPECLI_NO_MEMORY_CHECK=1 skips this check."
+    fitting = largest_batch(need, context, available)
+    if fitting:
+        hint = (
+            f"The largest batch that fits: --batch-size {fitting} (about "
+            f"{human(need.total_bytes(fitting, context))}). {skip}"
+        )
+    else:
+        longest = largest_context(need, available)
+        shorter = f"--context {longest} with --batch-size 1, " if longest >= 64 else ""
+        hint = (
+            f"Not even --batch-size 1 fits at --context {context}: try {shorter}a smaller head "
+            f"(--draft-vocab, --layers) or --quant 4bit for the target. {skip}"
+        )
+    raise SpecliError(message, hint)

@@ -63,6 +63,7 @@ class HeadRecipe:
     max_files: int | None = None
     eval_windows: int = 32
     log_every: int = 10
+    target_autocast: bool = True  # the target's forward under bfloat16 autocast (False: in its own dtype)
 
 
 def default_recipe(kind: str) -> HeadRecipe:
@@ -88,24 +89,40 @@ def quick_recipe(kind: str) -> HeadRecipe:
 # --------------------------------------------------------------------------- the target's side
 
 
-def head_config(target, kind: str, draft_vocab: int, intermediate: int) -> HeadConfig:
+def head_config(target, kind: str, draft_vocab: int, intermediate: int, layers: int = 1) -> HeadConfig:
     """A head shaped for `target` (a LlamaForCausalLM-like model)."""
-    c = target.config
-    layers = c.num_hidden_layers
     vocab = target.get_output_embeddings().weight.shape[0]
+    return head_config_for(target.config, vocab, kind, draft_vocab, intermediate, layers)
+
+
+def head_config_for(
+    config, vocab: int, kind: str, draft_vocab: int, intermediate: int | None = None, layers: int = 1
+) -> HeadConfig:
+    """A head shaped for a target of this transformers config whose LM head has `vocab` rows, from the
+    config alone (the memory planner runs it before any weights load). intermediate=None: the target's
+    MLP width; layers: the head's decoder layers (eagle3; eagle1 has one). A scaled rotary embedding
+    (Llama 3's) is the head's too: it reads the target's positions."""
+    c = getattr(config, "text_config", None) or config
+    depth = c.num_hidden_layers
+    heads = c.num_attention_heads
+    rope = dict(getattr(c, "rope_parameters", None) or getattr(c, "rope_scaling", None) or {})
+    theta = float(rope.pop("rope_theta", None) or getattr(c, "rope_theta", None) or 10000.0)
+    scaled = (rope.get("rope_type") or rope.get("type") or "default") != "default"
     return HeadConfig(
         kind=kind,
         hidden_size=c.hidden_size,
-        intermediate_size=intermediate,
-        num_heads=c.num_attention_heads,
-        num_kv_heads=c.num_key_value_heads,
-        head_dim=getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads,
+        intermediate_size=intermediate or c.intermediate_size,
+        num_heads=heads,
+        num_kv_heads=getattr(c, "num_key_value_heads", None) or heads,
+        head_dim=getattr(c, "head_dim", None) or c.hidden_size // heads,
         target_hidden_size=c.hidden_size,
         target_vocab_size=vocab,
         draft_vocab_size=min(draft_vocab, vocab) if kind == "eagle3" else vocab,
-        aux_layers=default_aux_layers(layers) if kind == "eagle3" else (layers,),
-        rms_norm_eps=c.rms_norm_eps,
-        rope_theta=float((getattr(c, "rope_parameters", None) or {}).get("rope_theta", 10000.0)),
+        aux_layers=default_aux_layers(depth) if kind == "eagle3" else (depth,),
+        num_layers=layers if kind == "eagle3" else 1,
+        rms_norm_eps=getattr(c, "rms_norm_eps", None) or 1e-6,
+        rope_theta=theta,
+        rope_scaling=rope if scaled else None,
         max_position_embeddings=c.max_position_embeddings,
     )
 
@@ -134,10 +151,14 @@ def start_from_target(head: EagleHead, target, ids: torch.Tensor) -> None:
 
 
 @torch.no_grad()
-def target_pass(target, batch: torch.Tensor, layers: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
-    """batch [B, T] -> (features [B, T, len(layers)·H], target log-probs [B, T, V]), float32."""
-    with _autocast():
-        out = target(input_ids=batch, output_hidden_states=True)
+def target_pass(
+    target, batch: torch.Tensor, layers: tuple[int, ...], autocast: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """batch [B, T] -> (features [B, T, len(layers)·H], target log-probs [B, T, V]), float32. autocast:
+    the target runs under bfloat16 autocast (the shipped recipes: faster on CPU); False: in its own dtype,
+    so the features are exactly those it hands the head when drafting."""
+    with _autocast(batch.device.type) if autocast else torch.autocast(batch.device.type, enabled=False):
+        out = target(input_ids=batch, output_hidden_states=True, use_cache=False)
     features = torch.cat([out.hidden_states[i].float() for i in layers], -1)
     return features, out.logits.float().log_softmax(-1)
 
@@ -149,17 +170,15 @@ def unrolled_states(
     head: EagleHead, tokens: torch.Tensor, features: torch.Tensor, steps: int
 ) -> list[torch.Tensor]:
     """Training-time test. tokens [B, T] (x_0..x_{T-1}), features [B, T, F] of those tokens ->
-    the head's output states per step [B, T, H]; slot t of step j predicts x_{t+2+j}."""
+    the head's output states per step [B, T, H]; slot t of step j predicts x_{t+2+j}. Every decoder
+    layer keeps its own step-0 keys and its keys of steps 1..j, as its cache holds them when drafting."""
     c, layer = head.config, head.layer
     embed = head.target_embed  # set by the trainer: the target's embedding module (frozen)
-    b, t = tokens.shape
+    t = tokens.shape[1]
     positions = torch.arange(t, device=tokens.device)
     hidden = head.fuse(features) if c.kind == "eagle3" else features  # [B, T, H]
-    scale = 1.0 / math.sqrt(c.head_dim)
     causal = torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril()  # [T, T]
-    groups = c.num_heads // c.num_kv_heads
-    keys0 = values0 = None
-    diagonal: list[tuple[torch.Tensor, torch.Tensor]] = []  # (k, v) of steps 1..j, [B, h, T, d]
+    memory: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in head.layers]  # per layer, per step
     states = []
     for j in range(steps):
         shifted = torch.roll(tokens, -(1 + j), dims=1)  # slot t reads x_{t+1+j} (wrapped slots are masked)
@@ -172,28 +191,40 @@ def unrolled_states(
             x = head.fc(torch.cat([embeds, hidden], -1))
             residual = x
             x = layer.input_layernorm(x)
-        a = layer.self_attn
-        q = a.q_proj(x).view(b, t, c.num_heads, c.head_dim).transpose(1, 2)  # [B, h, T, d]
-        k = a.k_proj(x).view(b, t, c.num_kv_heads, c.head_dim).transpose(1, 2)
-        v = a.v_proj(x).view(b, t, c.num_kv_heads, c.head_dim).transpose(1, 2)
-        q, k = layer.rope(q, positions + j), layer.rope(k, positions + j)
-        if groups > 1:
-            k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
-        if j == 0:
-            keys0, values0 = k, v
-        else:
-            diagonal.append((k, v))
-        scores = [(q @ keys0.transpose(-1, -2) * scale).masked_fill(~causal, -float("inf"))]  # [B, h, T, T]
-        scores += [((q * dk).sum(-1, keepdim=True) * scale) for dk, _ in diagonal]  # [B, h, T, 1] each
-        weights = torch.cat(scores, -1).float().softmax(-1).to(q.dtype)
-        out = weights[..., :t] @ values0
-        for i, (_, dv) in enumerate(diagonal):
-            out = out + weights[..., t + i : t + i + 1] * dv
-        attn = a.o_proj(out.transpose(1, 2).reshape(b, t, c.num_heads * c.head_dim))
-        state = layer._finish(residual, attn)  # [B, T, H]
+        state = layer._finish(residual, _unrolled_attention(layer, x, positions + j, memory[0], causal))
+        for deeper, kept in zip(head.layers[1:], memory[1:], strict=True):
+            attn = _unrolled_attention(deeper, deeper.input_layernorm(state), positions + j, kept, causal)
+            state = deeper._finish(state, attn)  # [B, T, H]
         states.append(state)
         hidden = state
     return states
+
+
+def _unrolled_attention(
+    layer, x: torch.Tensor, positions: torch.Tensor, memory: list, causal: torch.Tensor
+) -> torch.Tensor:
+    """One layer's attention at unroll step j = len(memory): x [B, T, in] at rope positions [T] ->
+    o_proj output [B, T, H]. Slot t attends to the step-0 keys of positions <= t and to its own keys of
+    steps 1..j; this step's (k, v) [B, h, T, d] join `memory`."""
+    c, a = layer.c, layer.self_attn
+    b, t, _ = x.shape
+    q = a.q_proj(x).view(b, t, c.num_heads, c.head_dim).transpose(1, 2)  # [B, h, T, d]
+    k = a.k_proj(x).view(b, t, c.num_kv_heads, c.head_dim).transpose(1, 2)
+    v = a.v_proj(x).view(b, t, c.num_kv_heads, c.head_dim).transpose(1, 2)
+    q, k = layer.rope(q, positions), layer.rope(k, positions)
+    groups = c.num_heads // c.num_kv_heads
+    if groups > 1:
+        k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+    memory.append((k, v))
+    scale = 1.0 / math.sqrt(c.head_dim)
+    keys0, values0 = memory[0]
+    scores = [(q @ keys0.transpose(-1, -2) * scale).masked_fill(~causal, -float("inf"))]  # [B, h, T, T]
+    scores += [((q * dk).sum(-1, keepdim=True) * scale) for dk, _ in memory[1:]]  # [B, h, T, 1] each
+    weights = torch.cat(scores, -1).float().softmax(-1).to(q.dtype)
+    out = weights[..., :t] @ values0
+    for i, (_, dv) in enumerate(memory[1:]):
+        out = out + weights[..., t + i : t + i + 1] * dv
+    return a.o_proj(out.transpose(1, 2).reshape(b, t, c.num_heads * c.head_dim))
 
 
 def head_loss(
@@ -203,23 +234,26 @@ def head_loss(
     recipe: HeadRecipe,
     noise: torch.Generator,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
-    """The loss of one batch [B, T] and its parts."""
+    """The loss of one batch [B, T] and its parts; `agree` [per step]: how often the head's argmax is the
+    target's at that draft depth (the greedy acceptance proxy, on this batch)."""
     c = head.config
-    features, logp = target_pass(target, batch, c.aux_layers)  # [B, T, F], [B, T, V]
+    features, logp = target_pass(target, batch, c.aux_layers, recipe.target_autocast)  # [B, T, F], [B, T, V]
     if c.kind == "eagle1" and recipe.feature_noise > 0:
         scale = features.pow(2).mean(-1, keepdim=True).sqrt() * recipe.feature_noise
-        features = features + torch.randn(features.shape, generator=noise) * scale
+        features = features + torch.randn(features.shape, generator=noise).to(features.device) * scale
     _, t = batch.shape
-    with _autocast():
+    with _autocast(batch.device.type):
         states = unrolled_states(head, batch, features, recipe.ttt_steps)
-    total = torch.zeros(())
-    parts: dict[str, float] = {}
+    total = torch.zeros((), device=batch.device)
+    parts: dict[str, Any] = {}
+    agree: list[float] = []
     ids = head.draft_to_target() if c.kind == "eagle3" else None
     for j, state in enumerate(states):
         valid = t - 2 - j  # slots 0..t-3-j have a target distribution at position t+1+j
         if valid <= 0:
             break
-        teacher = logp[:, 1 + j : 1 + j + valid].exp()  # [B, valid, V]
+        target_logp = logp[:, 1 + j : 1 + j + valid]  # [B, valid, V]
+        teacher = target_logp.exp()
         if ids is not None:
             teacher = teacher[..., ids]  # the target's mass on the draft vocabulary
         student = head.draft_logits(state[:, :valid].float(), head.target_head).float().log_softmax(-1)
@@ -230,21 +264,28 @@ def head_loss(
             loss = recipe.regression_weight * regression + recipe.token_weight * distill
             parts[f"reg{j}"] = round(regression.item(), 4)
         parts[f"kl{j}"] = round(distill.item(), 4)
+        with torch.no_grad():
+            choice = student.argmax(-1)
+            choice = ids[choice] if ids is not None else choice
+            agree.append(round((choice == target_logp.argmax(-1)).float().mean().item(), 4))
         total = total + recipe.step_decay**j * loss
-    return total, {"loss": round(total.item(), 4), **parts}
+    return total, {"loss": round(total.item(), 4), **parts, "agree": agree}
 
 
 @torch.no_grad()
-def evaluate(head: EagleHead, target, windows: torch.Tensor, steps: int) -> dict[str, Any]:
+def evaluate(
+    head: EagleHead, target, windows: torch.Tensor, steps: int, autocast: bool = True
+) -> dict[str, Any]:
     """Per unroll step: how often the head's argmax equals the target's (a proxy for greedy acceptance
     at that draft position), on validation windows."""
     agree = [0] * steps
     count = [0] * steps
+    device = head.fc.weight.device
+    ids = head.draft_to_target()
     for row in windows:
-        tokens = row[None, :-1]
-        features, logp = target_pass(target, tokens, head.config.aux_layers)
+        tokens = row[None, :-1].to(device)
+        features, logp = target_pass(target, tokens, head.config.aux_layers, autocast)
         states = unrolled_states(head, tokens, features, steps)
-        ids = head.draft_to_target()
         t = tokens.shape[1]
         for j, state in enumerate(states):
             valid = t - 2 - j

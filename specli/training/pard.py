@@ -58,6 +58,7 @@ class PardRecipe:
     max_files: int | None = None
     eval_windows: int = 32
     log_every: int = 10
+    target_autocast: bool = True  # the target's forward under bfloat16 autocast (False: in its own dtype)
 
 
 def quick_recipe() -> PardRecipe:
@@ -143,25 +144,36 @@ def parallel_logits(drafter, window: torch.Tensor, layout: Packed, mask_id: int)
     """The drafter over a packed layout -> logits [B, L, V_drafter]."""
     b = window.shape[0]
     ids = packed_inputs(window, layout, mask_id)
-    positions = layout.positions[None].expand(b, -1)
-    attention = layout.attention()[None, None].expand(b, 1, -1, -1)  # [B, 1, L, L]
-    return drafter(input_ids=ids, position_ids=positions, attention_mask=attention).logits
+    positions = layout.positions.to(window.device)[None].expand(b, -1)
+    attention = layout.attention().to(window.device)[None, None].expand(b, 1, -1, -1)  # [B, 1, L, L]
+    return drafter(input_ids=ids, position_ids=positions, attention_mask=attention, use_cache=False).logits
 
 
 def pard_loss(
     drafter, target, window: torch.Tensor, recipe: PardRecipe, mask_id: int, generator: torch.Generator
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Soft cross-entropy against the target at every packed position, averaged per offset, then over
-    offsets (each depth counts the same, however few anchors it kept)."""
+    offsets (each depth counts the same, however few anchors it kept), over the tokens both models have
+    (below the mask id; the target's embedding rows may be more). The record's `agree` [per depth]: how
+    often the drafter's argmax is the target's there."""
     layout = pack(window.shape[1], recipe.parallel, recipe.retain, generator)
-    with torch.no_grad(), _autocast():
-        teacher = target(input_ids=window).logits.float().softmax(-1)  # [B, T, V]
-    vocab = teacher.shape[-1]
-    with _autocast():
+    device = window.device.type
+    with (
+        torch.no_grad(),
+        _autocast(device) if recipe.target_autocast else torch.autocast(device, enabled=False),
+    ):
+        logits = target(input_ids=window, use_cache=False).logits
+    vocab = min(logits.shape[-1], mask_id)
+    teacher = logits[..., :vocab].float().softmax(-1)  # [B, T, V]
+    with _autocast(device):
         logits = parallel_logits(drafter, window, layout, mask_id)  # [B, L, V+1]
     student = logits[..., :vocab].float().log_softmax(-1)
-    place = layout.positions  # [L]: the target position each slot distils
-    return layout.loss_by_depth(-(teacher[:, place] * student).sum(-1))  # [B, L] per slot
+    place = layout.positions.to(window.device)  # [L]: the target position each slot distils
+    wanted = teacher[:, place]  # [B, L, V]
+    loss, record = layout.loss_by_depth(-(wanted * student).sum(-1))  # [B, L] per slot
+    hits = (student.argmax(-1) == wanted.argmax(-1)).float().mean(0)  # [L]
+    record["agree"] = agreement(layout.hits_by_depth(hits.cpu(), recipe.parallel))
+    return loss, record
 
 
 @torch.no_grad()
@@ -169,12 +181,15 @@ def evaluate(drafter, target, windows: torch.Tensor, parallel: int, mask_id: int
     """Per offset: how often the drafter's argmax equals the target's at that place (every anchor kept);
     offset j is the proxy for accepting d_{j+1} when d_1..d_j were right."""
     totals = torch.zeros(2, parallel)
+    device = drafter.get_input_embeddings().weight.device
     for row in windows:
-        window = row[None, :-1]
+        window = row[None, :-1].to(device)
         layout = pack(window.shape[1], parallel, 1.0, None)
-        logits = parallel_logits(drafter, window, layout, mask_id)[0, :, : target.config.vocab_size]
-        wanted = target(input_ids=window).logits[0].argmax(-1)[layout.positions]
-        totals += layout.hits_by_depth(logits.argmax(-1) == wanted, parallel)
+        vocab = min(target.config.vocab_size, mask_id)
+        logits = parallel_logits(drafter, window, layout, mask_id)[0, :, :vocab]
+        wanted = target(input_ids=window, use_cache=False).logits[0, :, :vocab].argmax(-1)
+        hits = logits.argmax(-1) == wanted[layout.positions.to(device)]
+        totals += layout.hits_by_depth(hits.cpu(), parallel)
     return {"agreement_by_offset": agreement(totals)}
 
 

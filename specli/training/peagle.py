@@ -58,6 +58,7 @@ class PEagleRecipe:
     max_files: int | None = None
     eval_windows: int = 32
     log_every: int = 10
+    target_autocast: bool = True  # the target's forward under bfloat16 autocast (False: in its own dtype)
 
 
 def quick_recipe() -> PEagleRecipe:
@@ -85,24 +86,34 @@ def make_parallel(head: EagleHead, target, mask_token: int) -> EagleHead:
 def packed_states(
     head: EagleHead, embeds: torch.Tensor, hidden: torch.Tensor, layout: Packed
 ) -> torch.Tensor:
-    """The head over a packed layout: embeds, hidden [B, L, H] -> output states [B, L, H]."""
+    """The head over a packed layout: embeds, hidden [B, L, H] -> output states [B, L, H] (every decoder
+    layer under the same packed mask, as each layer's cache holds the same positions when drafting)."""
     c, layer = head.config, head.layer
-    b, n, _ = embeds.shape
     normed = layer.hidden_norm(hidden)
     residual = normed if c.norm_before_residual else hidden
     x = torch.cat([layer.input_layernorm(embeds), normed], -1)  # [B, L, 2H]
-    a = layer.self_attn
+    positions = layout.positions.to(x.device)
+    mask = layout.attention().to(x.device)  # [L, L]
+    state = layer._finish(residual, _packed_attention(layer, x, positions, mask))
+    for deeper in head.layers[1:]:
+        attn = _packed_attention(deeper, deeper.input_layernorm(state), positions, mask)
+        state = deeper._finish(state, attn)
+    return state
+
+
+def _packed_attention(layer, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """One layer's attention over a packed layout: x [B, L, in] -> o_proj output [B, L, H]."""
+    c, a = layer.c, layer.self_attn
+    b, n, _ = x.shape
     q = a.q_proj(x).view(b, n, c.num_heads, c.head_dim).transpose(1, 2)  # [B, h, L, d]
     k = a.k_proj(x).view(b, n, c.num_kv_heads, c.head_dim).transpose(1, 2)
     v = a.v_proj(x).view(b, n, c.num_kv_heads, c.head_dim).transpose(1, 2)
-    positions = layout.positions.to(x.device)
     q, k = layer.rope(q, positions), layer.rope(k, positions)
     groups = c.num_heads // c.num_kv_heads
     if groups > 1:
         k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=layout.attention().to(x.device))
-    attn = a.o_proj(out.transpose(1, 2).reshape(b, n, c.num_heads * c.head_dim))
-    return layer._finish(residual, attn)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return a.o_proj(out.transpose(1, 2).reshape(b, n, c.num_heads * c.head_dim))
 
 
 def packed_inputs(head: EagleHead, tokens: torch.Tensor, features: torch.Tensor, layout: Packed):
@@ -122,35 +133,48 @@ def packed_inputs(head: EagleHead, tokens: torch.Tensor, features: torch.Tensor,
 def peagle_loss(
     head: EagleHead, target, window: torch.Tensor, recipe: PEagleRecipe, generator: torch.Generator
 ) -> tuple[torch.Tensor, dict[str, Any]]:
-    """Soft cross-entropy against the target at every packed slot, averaged per depth, then over depths."""
+    """Soft cross-entropy against the target at every packed slot, averaged per depth, then over depths;
+    the record's `agree` [per depth]: how often the head's argmax is the target's there."""
     c = head.config
-    features, logp = target_pass(target, window, c.aux_layers)  # [B, T, F], [B, T, V]
+    features, logp = target_pass(target, window, c.aux_layers, recipe.target_autocast)  # [B, T, F], [B, T, V]
     layout = pack(window.shape[1] - 1, recipe.parallel, recipe.retain, generator)
     ids = head.draft_to_target()
-    with _autocast():
+    with _autocast(window.device.type):
         embeds, hidden = packed_inputs(head, window, features, layout)
         states = packed_states(head, embeds, hidden, layout)  # [B, L, H]
         logits = head.draft_logits(states)
-    teacher = logp[:, layout.positions + 1].exp()  # [B, L, V]
+    target_logp = logp[:, layout.positions.to(logp.device) + 1]  # [B, L, V]
+    teacher = target_logp.exp()
     if ids is not None:
         teacher = teacher[..., ids]
-    return layout.loss_by_depth(-(teacher * logits.float().log_softmax(-1)).sum(-1))  # [B, L] per slot
+    student = logits.float().log_softmax(-1)
+    loss, record = layout.loss_by_depth(-(teacher * student).sum(-1))  # [B, L] per slot
+    with torch.no_grad():
+        choice = student.argmax(-1)
+        choice = ids[choice] if ids is not None else choice
+        hits = (choice == target_logp.argmax(-1)).float().mean(0)  # [L]
+    record["agree"] = agreement(layout.hits_by_depth(hits.cpu(), recipe.parallel))
+    return loss, record
 
 
 @torch.no_grad()
-def evaluate(head: EagleHead, target, windows: torch.Tensor, parallel: int) -> dict[str, Any]:
+def evaluate(
+    head: EagleHead, target, windows: torch.Tensor, parallel: int, autocast: bool = True
+) -> dict[str, Any]:
     """Per depth: how often the head's argmax equals the target's at that place (every anchor kept)."""
     totals = torch.zeros(2, parallel)
     ids = head.draft_to_target()
+    device = head.fc.weight.device
     for row in windows:
-        window = row[None, :-1]
-        features, logp = target_pass(target, window, head.config.aux_layers)
+        window = row[None, :-1].to(device)
+        features, logp = target_pass(target, window, head.config.aux_layers, autocast)
         layout = pack(window.shape[1] - 1, parallel, 1.0, None)
         embeds, hidden = packed_inputs(head, window, features, layout)
         choice = head.draft_logits(packed_states(head, embeds, hidden, layout))[0].argmax(-1)
         if ids is not None:
             choice = ids[choice]
-        totals += layout.hits_by_depth(choice == logp[0, layout.positions + 1].argmax(-1), parallel)
+        hits = choice == logp[0, layout.positions.to(device) + 1].argmax(-1)
+        totals += layout.hits_by_depth(hits.cpu(), parallel)
     return {"agreement_by_depth": agreement(totals)}
 
 

@@ -160,9 +160,31 @@ def lr_at(step: int, total: int, peak: float) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def _autocast() -> torch.autocast:
-    """bfloat16 autocast on CPU (float32 master weights); SPECLI_TRAIN_FP32=1 trains in float32."""
-    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=os.environ.get("SPECLI_TRAIN_FP32") != "1")
+def _autocast(device_type: str = "cpu") -> torch.autocast:
+    """bfloat16 autocast on `device_type` (float32 master weights); SPECLI_TRAIN_FP32=1 trains in float32."""
+    return torch.autocast(
+        device_type, dtype=torch.bfloat16, enabled=os.environ.get("SPECLI_TRAIN_FP32") != "1"
+    )
+
+
+def train_step(
+    model,
+    optimizer: torch.optim.Optimizer,
+    step: int,
+    total: int,
+    peak_lr: float,
+    step_loss: Callable[[], tuple[torch.Tensor, dict[str, Any]]],
+) -> dict[str, Any]:
+    """One optimizer step of every recipe: the learning rate of `step` (lr_at), backward, gradient
+    clipping at 1, AdamW. step_loss() -> (loss, record); returns the record."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr_at(step, total, peak_lr)
+    loss, record = step_loss()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return record
 
 
 # --------------------------------------------------------------------------- loops
@@ -203,13 +225,7 @@ def _fit(
     with _progress() as progress:
         task = progress.add_task(name, total=steps, loss=float("nan"))
         for step in range(steps):
-            for group in optimizer.param_groups:
-                group["lr"] = lr_at(step, steps, peak_lr)
-            loss, record = step_loss()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            record = train_step(model, optimizer, step, steps, peak_lr, step_loss)
             shown = next(iter(record.values()))
             if step % log_every == 0 or step == steps - 1:
                 history.append({"step": step, **record})
@@ -243,19 +259,33 @@ def distill_draft(draft, target, stream: torch.Tensor, recipe: Recipe) -> list[d
 
     def step_loss() -> tuple[torch.Tensor, dict[str, Any]]:
         window = random_windows(stream, recipe.batch_size, recipe.context, generator)
-        batch, labels = window[:, :-1], window[:, 1:]
-        if recipe.draft_loss == "kl":
-            with torch.no_grad(), _autocast():
-                teacher = target(input_ids=batch).logits  # [B, T, V]
-        with _autocast():
-            student = draft(input_ids=batch).logits  # [B, T, V]
-        if recipe.draft_loss == "kl":
-            loss = distillation_loss(student.flatten(0, 1), teacher.flatten(0, 1))
-        else:  # the ablation: the data's next tokens only
-            loss = F.cross_entropy(student.flatten(0, 1).float(), labels.flatten())
-        return loss, {recipe.draft_loss: round(loss.item(), 4)}
+        return draft_loss(draft, target, window, recipe.draft_loss)
 
     return _fit(draft, "drafter", recipe.draft_steps, recipe.draft_lr, recipe.log_every, step_loss)
+
+
+def draft_loss(
+    draft, target, window: torch.Tensor, kind: str = "kl", target_autocast: bool = True
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """The drafter's loss on window [B, T+1]: KL(p_target || q_draft) at every position ("kl"), or the
+    cross-entropy of the data's next tokens ("ce", the ablation), over the token range both models share
+    (their embedding rows may differ). The record: the loss, then `agree` [depth 1]: how often the
+    drafter's argmax is the target's. target_autocast: the target under bfloat16 autocast (else in its
+    own dtype)."""
+    batch, labels = window[:, :-1], window[:, 1:]
+    device = batch.device.type
+    with torch.no_grad(), _autocast(device) if target_autocast else torch.autocast(device, enabled=False):
+        teacher = target(input_ids=batch, use_cache=False).logits  # [B, T, V_target]
+    with _autocast(device):
+        student = draft(input_ids=batch, use_cache=False).logits  # [B, T, V_draft]
+    shared = min(teacher.shape[-1], student.shape[-1])
+    teacher, student = teacher[..., :shared], student[..., :shared]
+    if kind == "kl":
+        loss = distillation_loss(student.flatten(0, 1), teacher.flatten(0, 1))
+    else:  # the ablation: the data's next tokens only
+        loss = F.cross_entropy(student.flatten(0, 1).float(), labels.flatten())
+    agree = (student.argmax(-1) == teacher.argmax(-1)).float().mean().item()
+    return loss, {kind: round(loss.item(), 4), "agree": [round(agree, 4)]}
 
 
 def _rounded(parts: dict[int, float]) -> dict[str, float]:

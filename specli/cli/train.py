@@ -1,0 +1,198 @@
+"""`specli train KIND`: train a drafter for a target (specli.training.command does the work; torch and
+the training modules load only once the command runs, so `specli --help` stays fast)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from specli.cli.app import Command, app
+from specli.cli.common import quiet_transformers, stderr_console, user_errors
+from specli.cli.options import (
+    AllowPickleOpt,
+    DebugOpt,
+    DeviceOpt,
+    NoColorOpt,
+    QuantOpt,
+    ThreadsOpt,
+    TrustOpt,
+)
+from specli.threads import AUTO, parse_threads
+
+KindArg = Annotated[
+    str,
+    typer.Argument(
+        help="eagle3 (EAGLE-3 head), eagle1 (EAGLE-1 head), peagle (P-EAGLE: k drafts per forward), "
+        "pard (a small model taught to draft k tokens per forward) or draft (a small model distilled on "
+        "the target).",
+        metavar="KIND",
+        show_default=False,
+    ),
+]
+Int = int | None
+
+
+def command_line(ctx: typer.Context) -> str:
+    """The running `specli train` command as the user typed it (the options given, in order), for
+    training.json."""
+    words = ["specli", "train"]
+    for param in ctx.command.params:
+        source = ctx.get_parameter_source(param.name)
+        if source is None or source.name != "COMMANDLINE":
+            continue
+        value = ctx.params[param.name]
+        if param.param_type_name == "argument":
+            words.append(str(value))
+        elif getattr(param, "is_flag", False):
+            words.append(param.opts[0])
+        else:
+            words += [param.opts[0], str(value)]
+    return shlex.join(words)
+
+
+def _opt(help: str, *names: str, metavar: str | None = None) -> typer.models.OptionInfo:
+    return typer.Option(*names, help=help, metavar=metavar, show_default=False)
+
+
+@app.command(
+    "train",
+    cls=Command,
+    epilog="Examples:\n\n"
+    "  specli train eagle3 --target embedded:tiny-target --data stdlib --out ./eagle3 --quick\n\n"
+    "  specli train eagle3 --target meta-llama/Llama-3.1-8B-Instruct --data chat --regenerate \\\n"
+    "      --out ./llama8b-eagle3 --steps 20000 --batch-size 8 --context 2048 --time-limit 2h\n\n"
+    "  specli train eagle3 --out ./llama8b-eagle3 --resume --time-limit 2h   # the next 2 hours\n\n"
+    "  specli train pard --target Qwen/Qwen2.5-7B-Instruct --init Qwen/Qwen2.5-0.5B-Instruct \\\n"
+    "      --data ./chats.jsonl --out ./pard\n\n"
+    "  specli generate 'def f(x):' --target T --strategy eagle --draft ./llama8b-eagle3\n\n"
+    "DIR receives the drafter (EAGLE-3 / P-EAGLE heads in the speculators layout, PARD and draft models as "
+    "transformers folders), DIR/training.json (the recipe, the history, the measurement) and "
+    "DIR/checkpoint/ (weights, optimizer and random states: delete it once you will not resume). A "
+    "checkpoint is written every --checkpoint-every steps, at --time-limit and at Ctrl-C; --resume "
+    "continues bit for bit.",
+)
+def train_command(
+    ctx: typer.Context,
+    kind: KindArg,
+    out: Annotated[
+        Path, _opt("Folder for the drafter, training.json and checkpoint/ (new or empty).", "--out")
+    ],
+    target: Annotated[
+        str | None,
+        _opt("The target: a folder, hub id or embedded:NAME, loaded as generate loads it.", "--target"),
+    ] = None,
+    data: Annotated[
+        str | None,
+        _opt(
+            'A JSONL file ({"text": ...} or chat {"messages": [...]}), a folder of text/code files, '
+            "a bundled prompt set (code, chat) or stdlib (this Python's standard library).",
+            "--data",
+        ),
+    ] = None,
+    init: Annotated[
+        str | None,
+        _opt(
+            "pard, draft: the small model to start from (the target's tokenizer). eagle3, eagle1: a head to "
+            "continue; peagle: an EAGLE-3 head to start from.",
+            "--init",
+        ),
+    ] = None,
+    regenerate: Annotated[
+        bool,
+        typer.Option(
+            "--regenerate",
+            help="Let the target answer the data's prompts first (greedy) and train on its own "
+            "answers; cached.",
+        ),
+    ] = False,
+    regenerate_tokens: Annotated[Int, _opt("Longest answer --regenerate writes (default 256).")] = None,
+    steps: Annotated[Int, _opt("Optimizer steps in all (default 2000).")] = None,
+    batch_size: Annotated[Int, _opt("Windows per step (default 8).")] = None,
+    context: Annotated[Int, _opt("Tokens per window (default 512).")] = None,
+    lr: Annotated[float | None, _opt("Peak learning rate (default 5e-4; pard, draft 1e-4).")] = None,
+    draft_vocab: Annotated[Int, _opt("eagle3, peagle: tokens the head drafts over (default 32000).")] = None,
+    ttt_steps: Annotated[Int, _opt("eagle3: training-time-test unroll depth (default 3).")] = None,
+    layers: Annotated[Int, _opt("eagle3, peagle: the head's decoder layers (default 1).")] = None,
+    parallel: Annotated[Int, _opt("peagle, pard: drafts per forward it learns (default 8).")] = None,
+    seed: Annotated[Int, _opt("Seed of the data order and initialisation (default 0).")] = None,
+    time_limit: Annotated[
+        str | None,
+        _opt("Stop cleanly (with a checkpoint) after this long: 2h, 90m, 1h30m.", metavar="DURATION"),
+    ] = None,
+    checkpoint_every: Annotated[
+        Int, _opt("Checkpoint every N steps (default: 20 per run).", metavar="N")
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the run whose checkpoint is in --out.")
+    ] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace an earlier `specli train` output in --out.")
+    ] = False,
+    quick: Annotated[
+        bool, typer.Option("--quick", help="A few steps of a small batch (a smoke test); options given win.")
+    ] = False,
+    eval_prompts: Annotated[
+        str,
+        _opt(
+            "Held-out prompts measured at the end: code, chat, a prompts file, or auto (chat for "
+            "chat models)."
+        ),
+    ] = "auto",
+    eval_count: Annotated[int, _opt("How many of them (0: no measurement; default 8).")] = 8,
+    eval_tokens: Annotated[int, _opt("Tokens generated per prompt (default 64).")] = 64,
+    num_draft_tokens: Annotated[
+        Int,
+        _opt(
+            "Drafts per round in the measurement (fixed, so α and τ do not depend on timing; default: a "
+            "parallel drafter's own k, else 4).",
+            "--num-draft-tokens",
+            "-k",
+        ),
+    ] = None,
+    compare_with: Annotated[
+        str | None,
+        _opt("Measure this drafter (a head or a draft model) beside the new one.", "--compare-with"),
+    ] = None,
+    device: DeviceOpt = "auto",
+    dtype: Annotated[
+        str | None, _opt("The target's dtype: float32, float16, bfloat16 (default: bfloat16 on a GPU).")
+    ] = None,
+    quant: QuantOpt = None,
+    threads: ThreadsOpt = AUTO,
+    allow_pickle: AllowPickleOpt = False,
+    trust_remote_code: TrustOpt = False,
+    no_color: NoColorOpt = False,
+    debug: DebugOpt = False,
+) -> None:
+    """Train a drafter (EAGLE-3, EAGLE-1, P-EAGLE, PARD or a distilled draft model) for your own target."""
+    console = stderr_console(no_color)
+    with user_errors(debug):
+        from specli.training.recipe import check_kind, parse_duration
+
+        check_kind(kind)
+        limit = parse_duration(time_limit) if time_limit is not None else None
+        given = {
+            "target": target, "data": data, "init": init, "regenerate": regenerate or None,
+            "regenerate_tokens": regenerate_tokens, "steps": steps, "batch_size": batch_size,
+            "context": context, "lr": lr, "draft_vocab": draft_vocab, "ttt_steps": ttt_steps,
+            "layers": layers, "parallel": parallel, "seed": seed, "dtype": dtype, "quant": quant,
+        }  # fmt: skip
+        from specli.training.command import Session, train
+
+        session = Session(
+            out=out.expanduser(), resume=resume, overwrite=overwrite, time_limit=limit,
+            checkpoint_every=checkpoint_every, device=device, threads=parse_threads(threads),
+            allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, eval_prompts=eval_prompts,
+            eval_count=eval_count, eval_tokens=eval_tokens, num_draft_tokens=num_draft_tokens,
+            compare_with=compare_with, command=command_line(ctx),
+        )  # fmt: skip
+        quiet_transformers()
+        report = train(kind, given, session, console, quick=quick)
+        if report["stopped"] == "interrupted":
+            raise typer.Exit(130)
+        measurement = report.get("measurement")
+        if measurement is not None and not measurement["identical"]:
+            raise typer.Exit(1)
