@@ -122,6 +122,36 @@ def test_every_kind_trains_and_its_drafter_loads_losslessly(kind, tiny_pair, fil
     assert result.token_ids == greedy_reference(target, result.prompt_token_ids, 12, pair.eos_ids)
 
 
+@pytest.mark.parametrize(("kind", "arch"), [("eagle3", "qwen2"), ("peagle", "qwen3"), ("pard", "qwen3")])
+def test_other_architectures(kind, arch, tokenizer, files, tmp_path):
+    """Qwen2 (attention biases) and Qwen3 (its own head_dim, q/k norms) targets: the written drafter loads
+    and stays lossless (catches a head shaped from Llama-only config fields)."""
+    vocab = len(tokenizer)
+    target = save_model(tmp_path / "t", make_model(arch, vocab, layers=4, seed=5, head_dim=24), tokenizer)
+    more = []
+    if kind == "pard":
+        more = [
+            "--init",
+            str(save_model(tmp_path / "d", make_model(arch, vocab, layers=1, seed=6), tokenizer)),
+        ]
+    train(*quick(kind, target, tmp_path / "out", files, *more))
+    assert json.loads((tmp_path / "out" / "training.json").read_text())["measurement"]["identical"]
+    pair = specli.load(target=str(target), draft=str(tmp_path / "out"), strategy=STRATEGY[kind], threads=None)
+    result = pair.generate(PROMPTS[1], max_new_tokens=10, temperature=0.0)
+    assert result.token_ids == greedy_reference(target, result.prompt_token_ids, 10, pair.eos_ids)
+
+
+def test_the_embedded_target(tmp_path):
+    """`specli train eagle3 --target embedded:tiny-target --data code --quick` (the bundled code set; the
+    evaluation prompts, from the same set, are held out of training)."""
+    out = tmp_path / "h"
+    train("eagle3", "--target", "embedded:tiny-target", "--data", "code", "--out", str(out), "--quick",
+          "--eval-count", "2", "--eval-tokens", "8")  # fmt: skip
+    report = json.loads((out / "training.json").read_text())
+    assert report["data"]["documents"] == 34 and report["data"]["held_out_prompts"] == 2
+    assert report["measurement"]["identical"] and report["config"]["aux_layers"] == [2, 4, 5]
+
+
 def test_training_json_has_the_recipe_and_the_engine_measurement(tiny_pair, files, tmp_path):
     """training.json holds the recipe and the command, and its α and τ are what `specli bench` would
     measure: the same prompts through specli.load with the written head at the same fixed k (catches a
@@ -192,7 +222,8 @@ def test_resume_continues_bit_for_bit(kind, tiny_pair, dropout_drafter, files, t
         train(*quick(kind, target, tmp_path / "halves", files, *args), code=130)
     halfway = json.loads((tmp_path / "halves" / "training.json").read_text())
     assert halfway["stopped"] == "interrupted" and halfway["steps_done"] == 3
-    train(kind, "--out", str(tmp_path / "halves"), "--resume", "--eval-count", "0")
+    train(kind, "--out", str(tmp_path / "halves"), "--resume")  # remembers --eval-count 0
+    assert json.loads((tmp_path / "halves" / "training.json").read_text())["measurement"] is None
     straight, resumed = checkpoint.load(tmp_path / "straight"), checkpoint.load(tmp_path / "halves")
     assert resumed["loop"]["step"] == 6
     for name, tensor in straight["model"].items():

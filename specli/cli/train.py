@@ -135,14 +135,14 @@ def train_command(
         bool, typer.Option("--quick", help="A few steps of a small batch (a smoke test); options given win.")
     ] = False,
     eval_prompts: Annotated[
-        str,
+        str | None,
         _opt(
             "Held-out prompts measured at the end: code, chat, a prompts file, or auto (chat for "
-            "chat models)."
+            "chat models; the default). Measurement options given once are remembered by --resume."
         ),
-    ] = "auto",
-    eval_count: Annotated[int, _opt("How many of them (0: no measurement; default 8).")] = 8,
-    eval_tokens: Annotated[int, _opt("Tokens generated per prompt (default 64).")] = 64,
+    ] = None,
+    eval_count: Annotated[Int, _opt("How many of them (0: no measurement; default 8).")] = None,
+    eval_tokens: Annotated[Int, _opt("Tokens generated per prompt (default 64).")] = None,
     num_draft_tokens: Annotated[
         Int,
         _opt(

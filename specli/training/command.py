@@ -22,7 +22,7 @@ import random
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +60,8 @@ class Session:
     """How this invocation runs, beside the recipe: the output folder, resume/overwrite, the time limit
     (seconds) and checkpoint period (steps; None: 20 a run), where the target runs, and what to measure
     at the end (eval_prompts: a bundled set, a prompts file or 'auto': chat for a target with a chat
-    template, else code; eval_count 0 skips the measurement)."""
+    template, else code; eval_count 0 skips the measurement). The checkpoint keeps the REMEMBERED
+    options: a resumed run uses them unless given again."""
 
     out: Path
     resume: bool = False
@@ -71,13 +72,39 @@ class Session:
     threads: int | str | None = AUTO
     allow_pickle: bool = False
     trust_remote_code: bool = False
-    eval_prompts: str = "auto"
-    eval_count: int = 8
-    eval_tokens: int = 64
+    eval_prompts: str | None = None  # None: the checkpoint's on --resume, else SESSION_DEFAULTS
+    eval_count: int | None = None
+    eval_tokens: int | None = None
     num_draft_tokens: int | None = None
     compare_with: str | None = None
     command: str = ""
     clock: Callable[[], float] = time.monotonic  # the time source of --time-limit (tests pass a fake one)
+
+
+REMEMBERED = (
+    "eval_prompts",
+    "eval_count",
+    "eval_tokens",
+    "num_draft_tokens",
+    "compare_with",
+    "checkpoint_every",
+)
+SESSION_DEFAULTS: dict[str, Any] = {"eval_prompts": "auto", "eval_count": 8, "eval_tokens": 64}
+
+
+def remembered(session: Session) -> dict[str, Any]:
+    return {name: getattr(session, name) for name in REMEMBERED}
+
+
+def with_defaults(session: Session, saved: dict[str, Any] | None) -> Session:
+    """Options not given: the checkpoint's (on --resume), else SESSION_DEFAULTS."""
+    earlier = (saved or {}).get("session") or {}
+    changes = {}
+    for name in REMEMBERED:
+        if getattr(session, name) is None:
+            value = earlier.get(name)
+            changes[name] = value if value is not None else SESSION_DEFAULTS.get(name)
+    return replace(session, **changes)
 
 
 @dataclass
@@ -98,6 +125,7 @@ class Checked:
     device: torch.device
     dtype: str
     saved: dict[str, Any] | None
+    session: Session
 
 
 # --------------------------------------------------------------------------- stage 1: checks
@@ -205,6 +233,7 @@ def check(kind: str, given: dict[str, Any], session: Session, quick: bool = Fals
     check_out(session)
     device = loading.resolve_device(session.device)
     saved = checkpoint.load(session.out) if session.resume else None
+    session = with_defaults(session, saved)
     recipe = _recipe(kind, dict(given), quick, saved)
     if recipe.quant is not None and recipe.quant not in loading.QUANT_MODES:
         raise UsageError(f"unknown quantization '{recipe.quant}'.", "Use one of: none, 8bit, 4bit.")
@@ -219,7 +248,7 @@ def check(kind: str, given: dict[str, Any], session: Session, quick: bool = Fals
     config = loading.read_config(folder) or {}
     _check_target_kind(recipe.kind, config, recipe.target)
     limit = loading.config_max_positions(config)
-    if limit is not None and recipe.context + 1 > limit:
+    if limit is not None and recipe.context > limit:  # the target reads `context` tokens of a window
         raise UsageError(
             f"--context {recipe.context} is longer than '{recipe.target}' holds ({limit} tokens)."
         )
@@ -254,6 +283,7 @@ def check(kind: str, given: dict[str, Any], session: Session, quick: bool = Fals
         device,
         dtype,
         saved,
+        session,
     )
 
 
@@ -398,7 +428,7 @@ def train(kind: str, given: dict[str, Any], session: Session, console: Console, 
     'done', 'time limit' or 'interrupted'."""
     deadline = session.clock() + session.time_limit if session.time_limit else None
     checked = check(kind, given, session, quick)
-    r = checked.recipe
+    r, session = checked.recipe, checked.session
     eos = checked.tokenizer.eos_token_id
     if eos is None:
         raise UsageError(f"the tokenizer of '{r.target}' has no EOS token to separate documents with.")
@@ -469,6 +499,7 @@ def train(kind: str, given: dict[str, Any], session: Session, console: Console, 
                 "optimizer": optimizer.state_dict(),
                 "loop": at.to_dict(),
                 "rng": checkpoint.random_states(job.generators),
+                "session": remembered(session),
             },
         )
 
@@ -495,6 +526,7 @@ def train(kind: str, given: dict[str, Any], session: Session, console: Console, 
     if stopped == DONE:
         report["validation"] = _validate(job, valid_stream, r)
         del job, optimizer
+        write_report(session.out, report)  # the measurement may be interrupted: the rest is written
         report["measurement"] = _measure(pair, checked, session, console)
     else:
         print_(
