@@ -231,7 +231,7 @@ def test_generate_and_bench_read_the_same_settings(tiny_pair, monkeypatch):
     class Stop(Exception):
         pass
 
-    def run_bench(pair, encoded, strategies, bench, on_prompt=None, progress=None, hf_modes=None):
+    def run_bench(pair, encoded, strategies, bench, **kwargs):  # progress, hf_modes, endpoints, ...
         seen["bench"] = bench.settings
         seen["pair"] = pair.settings(
             max_new_tokens=6, num_draft_tokens=3, temperature=0.5, seed=2, exit_layer=2, ngram_max=4
