@@ -47,6 +47,7 @@ from specli.settings import (
     Settings,
     check_strategy,
     default_exit_layer,
+    preset_speculation,
     settings_from,
 )
 from specli.static_cache import STATIC_DEFAULT_LENGTH, static_cache_problem
@@ -542,7 +543,7 @@ def load(
         target_name=models[0].name,
         draft_name=models[1].name if draft_model is not None else None,
         generation=spec.generation if spec else None,
-        speculation=spec.speculation if spec else None,
+        speculation=preset_speculation(spec) if spec else None,  # its k is its own strategy's
         placement=placement,
         head=head_model,
         head_name=head.name if head is not None else None,

@@ -29,6 +29,9 @@ MODEL_FREE_STRATEGIES = ("lookup", "self", "none")  # need no drafter model
 GENERATION_FIELDS = ("max_new_tokens", "temperature", "top_k", "top_p")
 SPECULATION_FIELDS = ("num_draft_tokens", "fixed_k", "draft_p_min", "ngram_min", "ngram_max", "exit_layer")
 _RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than_equal", "finite_number"}
+# lookup's most drafts per round where neither the caller nor a lookup preset names k: its drafts cost
+# nothing but verify width, and the per-round controller drafts less where they stop paying (README).
+LOOKUP_DRAFT_TOKENS = 16
 
 # What a value out of its range means, per field, in the words of the command line (option names).
 _RANGE_MESSAGES: dict[str, Callable[[Any], str]] = {
@@ -125,13 +128,31 @@ def resolve_settings(preset: Preset | None = None, **overrides: Any) -> Settings
     """
     if preset is None:
         return settings_from(GenerationSpec(), SpeculationSpec(), STRATEGIES[0], **overrides)
-    return settings_from(preset.generation, preset.speculation, preset.strategy, **overrides)
+    return settings_from(preset.generation, preset_speculation(preset), preset.strategy, **overrides)
+
+
+def preset_speculation(preset: Preset) -> SpeculationSpec:
+    """The preset's speculation, its num_draft_tokens counting as named for lookup only when the preset
+    itself drafts by lookup: a k picked for a drafter model stays for the model strategies, unnamed (and
+    so LOOKUP_DRAFT_TOKENS) for lookup."""
+    spec = preset.speculation
+    if preset.strategy == "lookup" or "num_draft_tokens" not in spec.model_fields_set:
+        return spec
+    return SpeculationSpec.model_construct(spec.model_fields_set - {"num_draft_tokens"}, **dict(spec))
+
+
+def draft_tokens(speculation: SpeculationSpec, strategy: str) -> int:
+    """The most a round drafts under `strategy`: the speculation's num_draft_tokens, but for lookup
+    LOOKUP_DRAFT_TOKENS unless the speculation names one."""
+    if strategy == "lookup" and "num_draft_tokens" not in speculation.model_fields_set:
+        return LOOKUP_DRAFT_TOKENS
+    return speculation.num_draft_tokens
 
 
 def settings_from(
     generation: GenerationSpec, speculation: SpeculationSpec, strategy: str, /, **overrides: Any
 ) -> Settings:
-    """resolve_settings from a preset's parts (what `Pair` keeps of its preset)."""
+    """resolve_settings from a preset's parts (what `Pair` keeps of its preset); k as `draft_tokens` says."""
     names = {f.name for f in dataclasses.fields(Settings)}
     unknown = set(overrides) - names
     if unknown:
@@ -139,6 +160,7 @@ def settings_from(
     values: dict[str, Any] = {"strategy": strategy}
     values |= {name: getattr(generation, name) for name in GENERATION_FIELDS}
     values |= {name: getattr(speculation, name) for name in SPECULATION_FIELDS}
+    values["num_draft_tokens"] = draft_tokens(speculation, overrides.get("strategy") or strategy)
     values |= {name: value for name, value in overrides.items() if value is not None}
     return Settings(**values)
 

@@ -1,9 +1,8 @@
-"""Prompt lookup and self-speculation: the n-gram index, greedy identity with transformers' generate(),
-the sampling distribution, the self strategy's layer reuse (by counting decoder-layer calls), and errors."""
+"""Prompt lookup and self-speculation: greedy identity with transformers' generate(), the sampling
+distribution, the self strategy's layer reuse (by counting decoder-layer calls), and errors. Lookup's
+suffix index and drafter: test_suffix_lookup.py."""
 
 from __future__ import annotations
-
-import random
 
 import pytest
 import torch
@@ -12,51 +11,13 @@ from test_lossless_sampling import V, exact_joint, g_test_pvalue
 
 from specli.api import Pair
 from specli.cached_lm import CachedLM
-from specli.drafters.prompt_lookup import NgramIndex, PromptLookupDrafter
+from specli.drafters.prompt_lookup import PromptLookupDrafter
 from specli.drafters.self_speculative import SelfSpeculativeDrafter
 from specli.engine import EngineConfig, generate_rounds
 from specli.errors import SpecliError, UsageError
 from specli.layer_stack import LayerStack
 from specli.sampling import SamplingConfig
 from specli.stopping import StopCriteria
-
-# --------------------------------------------------------------------------- the n-gram index
-
-
-def brute_force_match(tokens: list[int], k: int, ngram_min: int, ngram_max: int):
-    """Rescan everything: the most recent earlier occurrence of the longest matching suffix n-gram."""
-    for n in range(min(ngram_max, len(tokens)), ngram_min - 1, -1):
-        suffix = tokens[len(tokens) - n :]
-        for start in range(len(tokens) - n - 1, -1, -1):
-            if tokens[start : start + n] == suffix:
-                return tokens[start + n : start + n + k], n, start
-    return None
-
-
-def test_index_prefers_longest_ngram_and_most_recent_occurrence():
-    index = NgramIndex(1, 3)
-    index.extend([1, 2, 3, 9, 1, 2, 3, 8, 5, 2, 3])
-    assert index.match(2) == ([8, 5], 2, 5)  # "2 3" last seen at 5..6; "5 2 3" never before
-    index.append(7)
-    assert index.match(3) is None
-
-
-@pytest.mark.parametrize("seed", range(5))
-def test_incremental_index_equals_a_full_rescan(seed):
-    rng = random.Random(seed)
-    tokens = [rng.randrange(6) for _ in range(300)]
-    index = NgramIndex(2, 4)
-    for i, token in enumerate(tokens):
-        index.append(token)
-        assert index.match(3) == brute_force_match(tokens[: i + 1], 3, 2, 4)
-
-
-def test_lookup_drafter_proposes_nothing_without_a_match():
-    drafter = PromptLookupDrafter(1, 3)
-    drafter.reset([1, 2, 3])
-    proposal = drafter.propose(4, SamplingConfig(), None)
-    assert proposal.ids.numel() == 0 and proposal.q is None
-
 
 # --------------------------------------------------------------------------- greedy identity
 

@@ -70,9 +70,15 @@ class ExplainView:
         info = r.info or {}
         if self.strategy == "lookup":
             if info.get("ngram"):
+                chosen = (
+                    f"; the draft's first token followed it {info['chosen']} of the {info['followed']} "
+                    "times (the most frequent), and each next one continues the longest match the same way."
+                    if info.get("followed", 1) > 1
+                    else "; the draft follows what came after it."
+                )
                 return Text(
                     f"lookup: the last {info['ngram']}-gram also occurs at token {info['match_start']} "
-                    f"(of {info['context_length']}); the draft copies what followed it."
+                    f"(of {info['context_length']}){chosen}"
                 )
             return Text(
                 "lookup: no earlier occurrence of the last n-gram; this round is a plain target step."
