@@ -88,7 +88,8 @@ DraftTokensOpt = Annotated[
         "--num-draft-tokens",
         "-k",
         help="The most tokens a round drafts (k); each round chooses its own up to it unless --fixed-k."
-        + _tiny_default("num_draft_tokens"),
+        + _tiny_default("num_draft_tokens")
+        + " lookup: 16 unless -k or a lookup preset sets it.",
     ),
 ]
 MaxNewOpt = Annotated[
