@@ -40,6 +40,8 @@ from specli.engine import EngineConfig, generate_rounds
 from specli.errors import UsageError
 from specli.events import Round, Stats
 from specli.layer_stack import LayerStack, check_architecture, check_layer_stack
+from specli.lean.decoder import LeanDecoder
+from specli.lean.head import LeanHead
 from specli.placement import Placement
 from specli.plan import ModelToLoad
 from specli.presets import GenerationSpec, Preset, SpeculationSpec, resolve_preset
@@ -105,6 +107,7 @@ class Pair:
         head: EagleHead | None = None,
         head_name: str | None = None,
         compile: bool = False,
+        lean: bool = True,
     ) -> None:
         self.strategy = check_strategy(strategy)
         if strategy == "draft" and draft_model is None:
@@ -124,6 +127,8 @@ class Pair:
         self.head_name = head_name
         self.compile = compile  # static caches + torch.compile (docs/design.md §12)
         self.later: _Later | None = None  # set by `load`: loads the preset's drafter or head on first use
+        self.lean = lean  # drafters step through specli's own forwards where they can (docs/design.md §13)
+        self._lean_steps: dict[int, tuple[Any, str | None]] = {}  # id(model or head) -> (lean step, why not)
         if compile:
             check_compile_strategy(self.strategy)
         if strategy == "self":
@@ -261,15 +266,47 @@ class Pair:
             stack = LayerStack(self.target_model)
             return SelfSpeculativeDrafter(stack, settings.exit_layer, p_min=settings.draft_p_min)
         if settings.strategy == "eagle":
-            return EagleDrafter(self.head, self.target_model, p_min=settings.draft_p_min)
-        check_sliding_rollback(self.draft, f"the drafter '{self.draft_name}'", length)
+            lean = self._lean_step(self.head)[0]
+            return EagleDrafter(self.head, self.target_model, p_min=settings.draft_p_min, lean=lean)
+        lean = self._lean_step(self.draft_model)[0]
+        if lean is None:
+            check_sliding_rollback(self.draft, f"the drafter '{self.draft_name}'", length)
         return DraftModelDrafter(
-            self.draft,
+            lean or self.draft,
             self.target.vocab_size,
             self.draft_max_positions,
             mask_token=parallel_mask_token(self.draft_model.config),
             p_min=settings.draft_p_min,
         )
+
+    def _lean_step(self, model: Any) -> tuple[LeanDecoder | LeanHead | None, str | None]:
+        """(specli's lean forward of the draft model or EAGLE head, None), built once per model, or
+        (None, why it steps through its own forward): lean off, --compile (its compiled forward runs
+        instead), or a model the lean forward does not reproduce."""
+        if not self.lean:
+            return None, "lean steps are off"
+        if isinstance(model, EagleHead):
+            if id(model) not in self._lean_steps:
+                self._lean_steps[id(model)] = (LeanHead(model), None)
+            return self._lean_steps[id(model)]
+        if self.compile:
+            return None, "--compile runs its compiled forward"
+        if id(model) not in self._lean_steps:
+            self._lean_steps[id(model)] = LeanDecoder.build(model)
+        return self._lean_steps[id(model)]
+
+    def drafter_step(self, strategy: str | None = None) -> str | None:
+        """How `strategy`'s drafter steps (default: the pair's own): "lean" (specli's own forward),
+        "compiled", or "transformers (why)" (the model's forward); None for strategies without a drafter
+        model or head."""
+        strategy = strategy or self.strategy
+        model = self.head if strategy == "eagle" else self.draft_model if strategy == "draft" else None
+        if model is None:
+            return None
+        lean, why = self._lean_step(model)
+        if lean is not None:
+            return "lean"
+        return "compiled" if self.compile and strategy == "draft" else f"transformers ({why})"
 
     @property
     def parallel_draft_tokens(self) -> int | None:
@@ -495,6 +532,7 @@ def load(
     threads: int | str | None = AUTO,
     progress: bool = False,
     compile: bool = False,
+    lean: bool = True,
 ) -> Pair:
     """Load a pair from a preset (name, path or Preset) and/or explicit models; explicit arguments win.
 
@@ -519,6 +557,12 @@ def load(
     graphs on CUDA; docs/design.md §12): faster steps once warm, but each new forward shape compiles on
     its first call (seconds each), and one generation runs at a time per pair. Strategy 'self', sliding-
     window models and models without a static cache are refused (UsageError) before generating.
+
+    `lean=True` (the default) runs the drafter's steps through specli's own forward where it reproduces
+    the model (Llama / Mistral / Qwen2 / Qwen3 draft models, every EAGLE head; docs/design.md §13):
+    the same proposals at a fraction of the per-step overhead. `Pair.drafter_step()` says which ran.
+    A lean step copies the q/k/v weights when first used: after changing a drafter's weights in place,
+    load the pair again (or pass lean=False).
     """
     spec = preset_for(preset, target=target, draft=draft, strategy=strategy)
     wanted = _sources(spec, target=target, draft=draft, strategy=strategy, dtype=dtype, quant=quant)
@@ -548,6 +592,7 @@ def load(
         head=head_model,
         head_name=head.name if head is not None else None,
         compile=compile,
+        lean=lean,
     )
     if spec is not None:
         pair.later = _Later(spec, models[0], fetcher, dtype, progress)

@@ -642,7 +642,19 @@ def environment(pair: Pair, dtype: str | None, quant: str | None) -> dict[str, A
         "target": pair.target_name,
         "draft": pair.draft_name,
         "compile": bool(getattr(pair, "compile", False)),
+        "drafter_steps": drafter_steps(pair),
     }
+
+
+def drafter_steps(pair: Pair) -> dict[str, str]:
+    """How each loaded drafter model or head steps: {"draft" | "eagle": "lean" | "compiled" |
+    "transformers (why)"} (Pair.drafter_step), for the ones the pair has."""
+    steps = {}
+    for strategy in ("draft", "eagle"):
+        step = pair.drafter_step(strategy) if hasattr(pair, "drafter_step") else None
+        if step is not None:
+            steps[strategy] = step
+    return steps
 
 
 def report(

@@ -94,10 +94,12 @@ def test_max_new_tokens_ending_mid_draft_never_overshoots(arch_pairs, max_new_to
         assert all(len(r.drafted) <= 4 for r in result.rounds)
 
 
-def test_one_target_forward_and_k_drafter_forwards_per_round(tiny_pair):
+@pytest.mark.parametrize("lean", [True, False])
+def test_one_target_forward_and_k_drafter_forwards_per_round(tiny_pair, lean):
     target_dir, draft_dir = tiny_pair
-    pair = specli.load(target=str(target_dir), draft=str(draft_dir), device="cpu")
+    pair = specli.load(target=str(target_dir), draft=str(draft_dir), device="cpu", lean=lean)
     pair.eos_ids = set()
+    assert pair.drafter_step() == ("lean" if lean else "transformers (lean steps are off)")
     calls = {"target": [], "draft": []}
     hooks = [
         pair.target_model.register_forward_hook(
@@ -107,6 +109,10 @@ def test_one_target_forward_and_k_drafter_forwards_per_round(tiny_pair):
             lambda m, a, kw, o: calls["draft"].append(kw["input_ids"].shape[1]), with_kwargs=True
         ),
     ]
+    if lean:  # the drafter steps through specli's own forward: count those calls
+        step = pair._lean_step(pair.draft_model)[0]
+        own = step.forward
+        step.forward = lambda ids, cache, **kw: calls["draft"].append(len(ids)) or own(ids, cache, **kw)
     try:
         prompt = pair.encode("def fibonacci(n):", chat=False)
         result = pair.generate(prompt_ids=prompt, max_new_tokens=30, num_draft_tokens=3)
@@ -227,7 +233,8 @@ def test_sliding_window_caches_roll_back_past_the_window(tmp_path, tokenizer, ar
 
 def test_old_transformers_refuses_drafting_past_a_sliding_window_only(tmp_path, tokenizer, monkeypatch):
     """The < 5.18 guard, checked on any transformers: a window the generation can pass is refused with
-    the upgrade hint; a window it cannot reach (Mistral's default 4096) drafts as usual."""
+    the upgrade hint when the drafter steps through transformers; a window it cannot reach (Mistral's
+    default 4096) drafts as usual, and so does the lean step, which needs no transformers cache."""
     import transformers
 
     monkeypatch.setattr(transformers, "__version__", "5.17.0")
@@ -238,10 +245,16 @@ def test_old_transformers_refuses_drafting_past_a_sliding_window_only(tmp_path, 
         draft = make_model("mistral", vocab, layers=1, sliding_window=window)
         paths[window] = save_model(tmp_path / f"d{window}", draft, tokenizer)
     target_dir = str(save_model(tmp_path / "t", target, tokenizer))
-    short = specli.load(target=target_dir, draft=str(paths[8]), device="cpu")
+    short = specli.load(target=target_dir, draft=str(paths[8]), device="cpu", lean=False)
     with pytest.raises(SpecliError, match=r"window 8\) and this generation can reach") as err:
         short.generate("import os", max_new_tokens=20)
     assert "transformers>=5.18" in str(err.value.hint)
+    # the lean step applies the window itself (no transformers cache): it drafts past it on any version
+    lean = specli.load(target=target_dir, draft=str(paths[8]), device="cpu")
+    assert lean.drafter_step() == "lean"
+    ids = lean.encode("import os", chat=False)
+    result = lean.generate(prompt_ids=ids, max_new_tokens=20)
+    assert result.stats.drafted > 0 and result.token_ids == reference(lean, ids, 20, set())
     long = specli.load(target=target_dir, draft=str(paths[4096]), device="cpu")
     assert long.generate("import os", max_new_tokens=20).stats.drafted > 0
 

@@ -28,6 +28,7 @@ from specli.cli.options import (
     ExitLayerOpt,
     FixedKOpt,
     GenerationOptions,
+    LeanOpt,
     ModelOptions,
     NgramMaxOpt,
     NgramMinOpt,
@@ -111,6 +112,7 @@ def bench(
     trust_remote_code: TrustOpt = False,
     threads: ThreadsOpt = AUTO,
     compile: CompileOpt = False,
+    lean: LeanOpt = True,
     endpoint: Annotated[
         list[str] | None,
         typer.Option(
@@ -169,7 +171,7 @@ def bench(
                 preset=preset, target=target, draft=draft,
                 strategy=strategies[0] if strategies else None, also=tuple(strategies[1:]),
                 device=device, dtype=dtype, quant=quant, allow_pickle=allow_pickle,
-                trust_remote_code=trust_remote_code, threads=threads, compile=compile,
+                trust_remote_code=trust_remote_code, threads=threads, compile=compile, lean=lean,
             )  # fmt: skip
             pair, settings = load_pair(models, options, note_greedy=False, announce="bench")
             strategies = strategies or [pair.strategy]

@@ -26,6 +26,7 @@ from specli.cli.options import (
     ExitLayerOpt,
     FixedKOpt,
     GenerationOptions,
+    LeanOpt,
     MaxNewOpt,
     ModelOptions,
     NgramMaxOpt,
@@ -111,13 +112,14 @@ def explain(
     save: SaveOpt = None,
     threads: ThreadsOpt = AUTO,
     compile: CompileOpt = False,
+    lean: LeanOpt = True,
     debug: DebugOpt = False,
 ) -> None:
     """Walk through speculative decoding round by round: each draft, its check, the correction or bonus."""
     models = ModelOptions(
         preset=preset, target=target, draft=draft, strategy=strategy, device=device, dtype=dtype,
         quant=quant, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, threads=threads,
-        compile=compile,
+        compile=compile, lean=lean,
     )  # fmt: skip
     options = GenerationOptions(
         max_new_tokens=max_new_tokens, num_draft_tokens=num_draft_tokens, temperature=temperature,

@@ -27,6 +27,7 @@ from specli.cli.options import (
     FixedKOpt,
     GenerationOptions,
     JsonOpt,
+    LeanOpt,
     MaxNewOpt,
     ModelOptions,
     NgramMaxOpt,
@@ -100,13 +101,14 @@ def generate(
     as_json: JsonOpt = False,
     threads: ThreadsOpt = AUTO,
     compile: CompileOpt = False,
+    lean: LeanOpt = True,
     debug: DebugOpt = False,
 ) -> None:
     """Generate text with speculative decoding; output is exactly the target's own."""
     models = ModelOptions(
         preset=preset, target=target, draft=draft, strategy=strategy, device=device, dtype=dtype,
         quant=quant, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, threads=threads,
-        compile=compile,
+        compile=compile, lean=lean,
     )  # fmt: skip
     options = GenerationOptions(
         max_new_tokens=max_new_tokens, num_draft_tokens=num_draft_tokens, temperature=temperature,

@@ -144,6 +144,15 @@ CompileOpt = Annotated[
         "each new forward shape compiles on first use (seconds). Strategies none, draft, lookup, eagle.",
     ),
 ]
+LeanOpt = Annotated[
+    bool,
+    typer.Option(
+        "--lean/--no-lean",
+        help="Run the drafter's steps through specli's own forward (Llama / Mistral / Qwen draft models, "
+        "EAGLE heads): the same drafts at a fraction of the per-step overhead. --no-lean uses the model's "
+        "own forward.",
+    ),
+]
 VIEWS = ("live", "plain", "none")
 
 
@@ -181,6 +190,7 @@ class ModelOptions:
     trust_remote_code: bool = False
     threads: int | str | None = AUTO
     compile: bool = False
+    lean: bool = True
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,7 @@ def load_pair(
             download_bars=download_bars,
             threads=threads,
             compile=models.compile,
+            lean=models.lean,
         )
     if models.compile and pair.target.device.type != "cuda":
         stderr_console().print(

@@ -28,16 +28,23 @@ import torch
 
 from specli.drafters.base import Drafts, Proposal
 from specli.eagle_head import EagleHead, HeadCache
+from specli.lean.core import LeanKV
+from specli.lean.head import LeanHead
 from specli.sampling import SamplingConfig
 
 
 class EagleDrafter:
-    """Drafts with an EagleHead beside the target's LM head; keeps the head's own KV cache."""
+    """Drafts with an EagleHead beside the target's LM head; keeps the head's own KV cache. With `lean`
+    (a LeanHead of the same head) the head's layers run through specli's lean step (docs/design.md §13)
+    over a preallocated cache; without, through EagleHead.step."""
 
     name = "eagle"
 
-    def __init__(self, head: EagleHead, target_model: Any, p_min: float = 0.0) -> None:
+    def __init__(
+        self, head: EagleHead, target_model: Any, p_min: float = 0.0, lean: LeanHead | None = None
+    ) -> None:
         self.head = head
+        self.lean = lean
         self.p_min = p_min  # end a draft before a token the head gives less than this
         self.feature_layers = tuple(head.config.aux_layers)
         own = getattr(head, "embed_tokens", None)  # P-EAGLE heads train their own
@@ -45,7 +52,7 @@ class EagleDrafter:
         self._target_head = target_model.get_output_embeddings()
         self._target_vocab = self._target_head.weight.shape[0]
         self._draft_ids = head.draft_to_target()  # [V_draft] target ids, or None (same vocabulary)
-        self._cache = HeadCache()
+        self._cache = self._new_cache()
         self._prompt: list[int] = []
         self._true_features: list[torch.Tensor] = []  # [m_i, F] blocks not yet run through the head
         self._true_tokens: list[int] = []  # the token after each of those positions
@@ -70,8 +77,19 @@ class EagleDrafter:
         """Whether a round's drafts come from one head forward (P-EAGLE)."""
         return self.head.config.parallel
 
+    def _new_cache(self) -> HeadCache | LeanKV:
+        return self.lean.new_cache() if self.lean is not None else HeadCache()
+
+    def _step(self, embeds: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        """The head's layers over n positions after its cache: embeds, hidden [n, H] -> states [n, H]."""
+        if self.lean is not None:
+            return self.lean.step(embeds, hidden, self._cache)
+        start = self._cache.length
+        positions = torch.arange(start, start + embeds.shape[0], device=self.device)
+        return self.head.step(embeds, hidden, positions, self._cache)
+
     def reset(self, prompt_ids: list[int]) -> None:
-        self._cache = HeadCache()
+        self._cache = self._new_cache()
         self._prompt = list(prompt_ids) if len(prompt_ids) > 1 else []  # a prefill's features will come
         self._true_features, self._true_tokens = [], []
         self._verified, self._drafted, self._true_length = None, [], 0
@@ -120,8 +138,7 @@ class EagleDrafter:
             mask_embed, mask_hidden = self._placeholder
             embeds = torch.cat([embeds, mask_embed.expand(masks, -1)])
             hidden = torch.cat([hidden, mask_hidden.expand(masks, -1)])
-        positions = torch.arange(start, start + m + masks, device=self.device)
-        states = head.step(embeds, hidden, positions, self._cache)  # [m + masks, H]
+        states = self._step(embeds, hidden)  # [m + masks, H]
         self._true_features, self._true_tokens = [], []
         self._true_length = start + m
         self._info = {"head": head.config.label}
@@ -134,8 +151,7 @@ class EagleDrafter:
             if token is None:
                 break
             if i < k - 1:  # the chain: the head's own state stands in for the missing feature
-                position = torch.tensor([self._cache.length], device=self.device)
-                state = head.step(self._embeddings(token), state, position, self._cache)
+                state = self._step(self._embeddings(token), state)
         return self._proposal(drafts)
 
     def _propose_parallel(

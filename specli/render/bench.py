@@ -219,7 +219,9 @@ def local_footer(s: dict[str, Any], env: dict[str, Any]) -> str:
         f"temperature={s['temperature']} · {sampling}"
         f"repeats={s['repeats']} (median) · warm-up={s['warmup']} · {env['device']} {env['dtype']} "
         f"quant={env['quantization']} · threads={env['threads']} · peak memory "
-        f"{env.get('peak_memory_bytes', 0) / 2**20:.0f} MiB\n"
+        f"{env.get('peak_memory_bytes', 0) / 2**20:.0f} MiB"
+        + "".join(f" · {name} steps: {how}" for name, how in env.get("drafter_steps", {}).items())
+        + "\n"
         "draft/verify/prefill/other: shares of the time (prefill: the prompt's forward; other: the "
         "loop around the forwards) · mean k = drafted per round · acc. rate = accepted/drafted · "
         "α = accepted/(accepted + rejections), the probability that a "
