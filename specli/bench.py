@@ -81,6 +81,12 @@ class BenchSettings:
     repeats: int = 1
     warmup: int = 1
     ks: tuple[int, ...] = ()  # a k sweep: every strategy runs at each of these k (none: the settings' k)
+    by_strategy: dict[str, Settings] = field(default_factory=dict)  # a strategy's own (its default k)
+
+    def for_strategy(self, strategy: str) -> Settings:
+        """The settings `strategy` runs with: its own when resolved apart (lookup's default k is not a
+        drafter model's), else the shared ones; the strategy field set."""
+        return self.by_strategy.get(strategy, self.settings).replace(strategy=strategy)
 
     @property
     def base_seed(self) -> int:
@@ -104,6 +110,11 @@ class BenchSettings:
             "ngram_min": s.ngram_min,
             "ngram_max": s.ngram_max,
             "sweep_k": list(self.ks),
+            "num_draft_tokens_by_strategy": {
+                name: own.num_draft_tokens
+                for name, own in self.by_strategy.items()
+                if own.num_draft_tokens != s.num_draft_tokens
+            },
         }
 
 
@@ -244,7 +255,7 @@ def measure(
 ) -> Measurement:
     """Generate once with `strategy` (at exactly k drafts per round when given, else as the settings say)
     and seed base_seed + repeat; clocks read after a CUDA synchronize."""
-    settings = bench.settings.replace(strategy=strategy, seed=bench.base_seed + repeat)
+    settings = bench.for_strategy(strategy).replace(seed=bench.base_seed + repeat)
     if k is not None:  # a sweep measures each k as such: every round drafts k
         settings = settings.replace(num_draft_tokens=k, fixed_k=True)
     from specli.cached_lm import synchronize
@@ -708,28 +719,45 @@ def merge_summaries(
 # --------------------------------------------------------------------------- transformers, for comparison
 
 
+TRANSFORMERS_DOCS_LOOKUP_TOKENS = 10  # prompt_lookup_num_tokens in transformers' generation docs
+
+
 def transformers_modes(
-    pair: Pair, strategies: Sequence[str], settings: Settings
+    pair: Pair, strategies: Sequence[str], settings: Settings, by_strategy: dict[str, Settings] | None = None
 ) -> dict[str, dict[str, Any]]:
-    """transformers generate() settings that correspond to specli's strategies (same k, constant schedule,
-    the same n-gram size and exit layer)."""
-    k = settings.num_draft_tokens
+    """transformers generate() settings that correspond to specli's strategies (each at the same most
+    drafts per round as that strategy, constant schedule, the same n-gram size and exit layer), and
+    transformers out of the box beside them (its assisted defaults, prompt lookup as its docs show it,
+    early exit at its default schedule). by_strategy: a strategy's own settings (its k)."""
+    own = by_strategy or {}
     modes: dict[str, dict[str, Any]] = {"plain": {}}
     if "draft" in strategies and pair.draft_model is not None:
         modes["assisted"] = {
             "assistant_model": pair.draft_model,
-            "num_assistant_tokens": k,
+            "num_assistant_tokens": own.get("draft", settings).num_draft_tokens,
             "num_assistant_tokens_schedule": "constant",
             "assistant_confidence_threshold": 0.0,
         }
         modes["assisted (transformers defaults)"] = {"assistant_model": pair.draft_model}
     if "lookup" in strategies:
+        lookup = own.get("lookup", settings)
         modes["prompt lookup"] = {
-            "prompt_lookup_num_tokens": k,
-            "max_matching_ngram_size": settings.ngram_max,
+            "prompt_lookup_num_tokens": lookup.num_draft_tokens,
+            "max_matching_ngram_size": lookup.ngram_max,
         }
+        if lookup.num_draft_tokens != TRANSFORMERS_DOCS_LOOKUP_TOKENS:
+            modes[f"prompt lookup (transformers docs: {TRANSFORMERS_DOCS_LOOKUP_TOKENS} tokens)"] = {
+                "prompt_lookup_num_tokens": TRANSFORMERS_DOCS_LOOKUP_TOKENS
+            }
     if "self" in strategies:  # Pair.settings filled the model's default exit layer
-        modes["early exit"] = {"assistant_early_exit": settings.exit_layer, "num_assistant_tokens": k}
+        early = own.get("self", settings)
+        modes["early exit"] = {
+            "assistant_early_exit": early.exit_layer,
+            "num_assistant_tokens": early.num_draft_tokens,
+            "num_assistant_tokens_schedule": "constant",
+            "assistant_confidence_threshold": 0.0,
+        }
+        modes["early exit (transformers defaults)"] = {"assistant_early_exit": early.exit_layer}
     return modes
 
 
@@ -776,7 +804,7 @@ def run_transformers(
     mode after mode (`run_bench(..., hf_modes=)` interleaves them with specli's runs instead).
     `progress` hears of one stage and of every generate() call (a mode that fails counts as done)."""
     results: dict[str, Any] = {}
-    modes = transformers_modes(pair, strategies, bench.settings)
+    modes = transformers_modes(pair, strategies, bench.settings, bench.by_strategy)
     runs_per_mode = len(encoded) * max(1, bench.repeats)
     if progress:
         progress.stage(f"transformers generate(), {count(len(modes), 'mode')}", len(modes) * runs_per_mode)

@@ -29,7 +29,7 @@ STRATEGY_KEYS = {
 }  # fmt: skip
 SETTINGS_KEYS = {
     "max_new_tokens", "num_draft_tokens", "temperature", "seed", "repeats", "warmup", "top_k", "top_p",
-    "exit_layer", "ngram_min", "ngram_max", "sweep_k", "fixed_k",
+    "exit_layer", "ngram_min", "ngram_max", "sweep_k", "fixed_k", "num_draft_tokens_by_strategy",
 }  # fmt: skip
 RUN_KEYS = {
     "prompt_id", "category", "strategy", "repeat", "tokens", "rounds", "drafted", "accepted", "rejections",
@@ -335,10 +335,14 @@ def test_compare_hf_times_transformers_modes(tiny_pair, tmp_path):
         assert hf[mode]["tokens"] > 0 and hf[mode]["tokens_per_second"] > 0, hf[mode]
     assert "specli / transformers" in result.stdout
     # transformers' runs take turns with specli's (drift hits both alike), counted in the same stage
-    stage = "bench: measuring 1 prompt × 3 strategies (+ 4 transformers modes) × 1 repeat"
-    assert f"{stage}: 7/7 runs · took " in result.stderr, result.stderr
+    stage = "bench: measuring 1 prompt × 3 strategies (+ 5 transformers modes) × 1 repeat"
+    assert f"{stage}: 8/8 runs · took " in result.stderr, result.stderr
     data = json.loads(out.read_text())
     assert {r["strategy"] for r in data["runs"]} == {"none", "draft", "lookup"}  # its own runs only
+    # without -k each strategy runs at its own most drafts per round: lookup's 16, the pair's 4 for draft
+    assert data["settings"]["num_draft_tokens"] == 4
+    assert data["settings"]["num_draft_tokens_by_strategy"] == {"lookup": 16}
+    assert "(lookup: 16)" in result.stdout
 
 
 def test_transformers_comparison_uses_the_same_settings():
@@ -361,7 +365,10 @@ def test_transformers_comparison_uses_the_same_settings():
     hf = b.run_transformers(
         pair, [(b.BenchPrompt("1", "c", "x"), [5, 6])], ["draft", "lookup", "self"], bench
     )
-    assert set(hf) == {"plain", "assisted", "assisted (transformers defaults)", "prompt lookup", "early exit"}
+    assert set(hf) == {
+        "plain", "assisted", "assisted (transformers defaults)", "prompt lookup",
+        "prompt lookup (transformers docs: 10 tokens)", "early exit", "early exit (transformers defaults)",
+    }  # fmt: skip
     assert all(hf[mode]["tokens"] == 6 for mode in hf), hf
     for kwargs in calls:
         assert kwargs["do_sample"] is True and kwargs["max_new_tokens"] == 6
@@ -370,6 +377,29 @@ def test_transformers_comparison_uses_the_same_settings():
     assert by_mode["assisted"]["num_assistant_tokens"] == 3
     assert by_mode["prompt lookup"]["max_matching_ngram_size"] == 2
     assert by_mode["early exit"]["assistant_early_exit"] == 2
+    assert by_mode["early exit"]["num_assistant_tokens"] == 3
+    assert by_mode["prompt lookup (transformers docs: 10 tokens)"]["prompt_lookup_num_tokens"] == 10
+    assert (
+        by_mode["early exit (transformers defaults)"]
+        == {"assistant_early_exit": 2}
+        | {
+            k: v
+            for k, v in by_mode["early exit (transformers defaults)"].items()
+            if k != "assistant_early_exit"
+        }
+        and "num_assistant_tokens" not in by_mode["early exit (transformers defaults)"]
+    )
+    calls.clear()  # each mode at its own strategy's k: lookup's default 16, the drafter's 3
+    own = {"lookup": settings.replace(num_draft_tokens=16)}
+    b.run_transformers(
+        pair,
+        [(b.BenchPrompt("1", "c", "x"), [5, 6])],
+        ["draft", "lookup"],
+        b.BenchSettings(settings, by_strategy=own),
+    )
+    by_mode = dict(zip(b.transformers_modes(pair, ["draft", "lookup"], settings, own), calls, strict=True))
+    assert by_mode["assisted"]["num_assistant_tokens"] == 3
+    assert by_mode["prompt lookup"]["prompt_lookup_num_tokens"] == 16
     calls.clear()
     b.run_transformers(
         pair, [(b.BenchPrompt("1", "c", "x"), [5, 6])], [], b.BenchSettings(settings.replace(temperature=0))
@@ -539,3 +569,25 @@ def test_servers_take_turns_with_the_same_warm_up_and_repeats():
     assert b.run_bench(None, prompts, ["draft"], bench, remotes=[good, bad]) == []
     assert good.calls == [("1", 0, True), ("1", 0, False), ("1", 1, False), ("2", 0, False), ("2", 1, False)]
     assert bad.calls == [("1", 0, True), ("1", 0, False)]
+
+
+def test_each_strategy_measures_at_its_own_k(tiny_pair, monkeypatch):
+    """measure() runs a strategy with its own settings when the bench holds them (lookup's default k of
+    16 beside a drafter's 4), else the shared ones."""
+    import specli
+
+    pair = specli.load(
+        target=str(tiny_pair[0]), draft=str(tiny_pair[1]), strategy=["draft", "lookup"], device="cpu"
+    )
+    seen = []
+    real = pair.stream
+    monkeypatch.setattr(pair, "stream", lambda **kw: seen.append(kw["settings"]) or real(**kw))
+    shared = pair.settings(max_new_tokens=4)
+    bench = b.BenchSettings(
+        shared, by_strategy={"lookup": pair.settings(max_new_tokens=4, strategy="lookup")}
+    )
+    prompt = b.BenchPrompt("1", "c", "def f():")
+    ids = pair.encode(prompt.text, chat=False)
+    for strategy in ("draft", "lookup", "none"):
+        b.measure(pair, prompt, ids, strategy, bench, 0)
+    assert [(s.strategy, s.num_draft_tokens) for s in seen] == [("draft", 4), ("lookup", 16), ("none", 4)]

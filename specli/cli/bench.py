@@ -176,8 +176,10 @@ def bench(
             pair, settings = load_pair(models, options, note_greedy=False, announce="bench")
             strategies = strategies or [pair.strategy]
             sweep = {"num_draft_tokens": max(ks)} if ks else {}  # the largest k fits every model's context
-            for other in strategies:  # each strategy's settings are valid for this pair, before any run
-                pair.settings(**{**options.overrides(), **sweep}, strategy=other)
+            given = {**options.overrides(), **sweep}
+            by_strategy = {  # each strategy's own settings (lookup's default k), valid before any run
+                other: pair.settings(**given, strategy=other) for other in strategies
+            }
             if loaded is None:
                 loaded = b.read_prompts(b.set_path("chat" if pair.uses_chat(settings.chat) else "code"))
             selected = b.select_prompts(loaded, category or [], limit)
@@ -191,18 +193,24 @@ def bench(
                 "--device": device != "auto", "--dtype": dtype is not None, "--quant": quant is not None,
                 "--threads": threads != AUTO,
             })  # fmt: skip
-            pair, settings = None, resolve_settings(**options.overrides())
+            pair, settings, by_strategy = None, resolve_settings(**options.overrides()), {}
             selected = b.select_prompts(loaded or [], category or [], limit)
             encoded, skipped = [(p, []) for p in selected], []  # the servers tokenize the text
             uses_chat = bool(chat)
-        bench_settings = b.BenchSettings(settings=settings, repeats=repeats, warmup=warmup, ks=ks)
+        bench_settings = b.BenchSettings(
+            settings=settings, repeats=repeats, warmup=warmup, ks=ks, by_strategy={} if ks else by_strategy
+        )
         for note in skipped:
             err.print(f"warning: {note}", markup=False)
         live = [r for r in runners if r.error is None]
         for runner in live:  # the servers get the prompts as the local models do: templated when they are
             runner.bench, runner.chat = bench_settings, uses_chat
         with Counted(err, "bench") as counted:  # every stage: its count and the time it has left
-            modes = b.transformers_modes(pair, strategies, settings) if compare_hf and pair else None
+            modes = (
+                b.transformers_modes(pair, strategies, settings, bench_settings.by_strategy)
+                if compare_hf and pair
+                else None
+            )
             remotes = live if concurrency == 1 else []
             measurements = b.run_bench(
                 pair, encoded, strategies, bench_settings, progress=counted, hf_modes=modes, remotes=remotes

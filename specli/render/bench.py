@@ -193,13 +193,15 @@ def transformers_table(hf: dict[str, Any], specli_best: dict[str, float]) -> Tab
 
 def draft_length_words(settings: dict[str, Any]) -> str:
     """How the runs chose k: "k=2,3,4 (sweep, fixed in each run)", "fixed k=4", or "k ≤ 4, chosen per
-    round" (a report without fixed_k: "k=4")."""
+    round" (a report without fixed_k: "k=4"), then a strategy that ran at its own k: " (lookup: 16)"."""
     ks, k = settings.get("sweep_k") or [], settings["num_draft_tokens"]
     if ks:
         return f"k={','.join(str(k) for k in ks)} (sweep, fixed in each run)"
     if "fixed_k" not in settings:
         return f"k={k}"
-    return f"fixed k={k}" if settings["fixed_k"] else f"k ≤ {k}, chosen per round"
+    words = f"fixed k={k}" if settings["fixed_k"] else f"k ≤ {k}, chosen per round"
+    own = settings.get("num_draft_tokens_by_strategy") or {}
+    return words + "".join(f" ({name}: {k_own})" for name, k_own in own.items())
 
 
 def compiled_rows(metrics: dict[str, dict[str, Any]]) -> list[str]:
