@@ -1,6 +1,7 @@
 """Steady-state tokens/s of the embedded pair, eager against --compile, one process per mode.
 
-    python scripts/compile_ab.py eager
+    python scripts/compile_ab.py eager       # the drafters' lean steps (the default)
+    python scripts/compile_ab.py no-lean     # eager, the drafters through their transformers forward
     python scripts/compile_ab.py compile     # the first time: compiles (about a minute on 2 CPU cores)
 
 Greedy, fixed k = 4, 128 new tokens, the first 4 prompts of each category of the `code` set, one thread.
@@ -23,11 +24,17 @@ from specli import bench as b
 
 def main(mode: str) -> None:
     torch.set_num_threads(1)
-    pair = specli.load(strategy=("draft", "lookup"), device="cpu", threads=None, compile=mode == "compile")
+    pair = specli.load(
+        strategy=("draft", "lookup", "eagle"),
+        device="cpu",
+        threads=None,
+        compile=mode == "compile",
+        lean=mode != "no-lean",
+    )
     prompts = b.select_prompts(b.read_prompts(b.set_path("code")), [], 4)
     encoded, _ = b.encode_prompts(pair, prompts)
     out: dict[str, dict[str, float]] = {}
-    for strategy in ("none", "draft", "lookup"):
+    for strategy in ("none", "draft", "lookup", "eagle"):
         settings = pair.settings(strategy=strategy, max_new_tokens=128, num_draft_tokens=4, fixed_k=True)
         runs = b.BenchSettings(settings, warmup=0)
         start = time.perf_counter()
@@ -47,6 +54,6 @@ def main(mode: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2 or sys.argv[1] not in ("eager", "compile"):
-        raise SystemExit("usage: python scripts/compile_ab.py eager|compile")
+    if len(sys.argv) != 2 or sys.argv[1] not in ("eager", "no-lean", "compile"):
+        raise SystemExit("usage: python scripts/compile_ab.py eager|no-lean|compile")
     main(sys.argv[1])

@@ -221,10 +221,16 @@ def counting(lm: CachedLM) -> list[int]:
     return calls
 
 
-def test_compiled_pair_is_lossless_and_compiles_once(tiny_pair, dynamo_eager):
+@pytest.mark.parametrize("lean", [False, True])
+def test_compiled_pair_is_lossless_and_compiles_once(tiny_pair, dynamo_eager, lean):
+    """lean=False: the draft model's compiled forward drafts; lean=True (the default): its lean step
+    does, and only the target's forwards are compiled."""
     target_dir, draft_dir = tiny_pair
-    pair = specli.load(target=str(target_dir), draft=str(draft_dir), device="cpu", threads=None, compile=True)
+    pair = specli.load(
+        target=str(target_dir), draft=str(draft_dir), device="cpu", threads=None, compile=True, lean=lean
+    )
     assert pair.compile and pair.target.compiled and pair.draft.compiled
+    assert pair.drafter_step() == ("lean" if lean else "compiled")
     target_calls, draft_calls = counting(pair.target), counting(pair.draft)
     ids = pair.encode(PROMPTS[0], chat=False)
     expected = reference(pair.target_model, ids, N)  # both stop at the tiny pair's EOS, if it comes
@@ -232,7 +238,10 @@ def test_compiled_pair_is_lossless_and_compiles_once(tiny_pair, dynamo_eager):
         result = pair.generate(prompt_ids=ids, strategy=strategy, max_new_tokens=N, num_draft_tokens=2)
         assert result.token_ids == expected, strategy
     assert target_calls and max(target_calls) <= 3  # verifies of k+1 <= 3 tokens, compiled
-    assert draft_calls and max(draft_calls) <= 3
+    if lean:
+        assert not draft_calls  # the lean step drafted
+    else:
+        assert draft_calls and max(draft_calls) <= 3
     from torch._dynamo.utils import counters
 
     frames = counters["stats"]["unique_graphs"]
@@ -244,11 +253,14 @@ def test_compiled_pair_is_lossless_and_compiles_once(tiny_pair, dynamo_eager):
 def test_warm_up_builds_every_graph_the_rounds_use(tiny_pair, dynamo_eager):
     """After warm_up, no generation at settings up to k = 4 builds a graph: every verify length 1..k+1 (k
     chosen per round or fixed), the drafter's steps, plain steps. Fails when a length or a variant
-    (the drafter's last-position steps, the verify's full logits) is left for the rounds to compile."""
+    (the drafter's last-position steps, the verify's full logits) is left for the rounds to compile.
+    lean=False: the draft model's compiled forward drafts (with its lean step, nothing of it compiles)."""
     from specli.static_cache import compiled_graphs
 
     target_dir, draft_dir = tiny_pair
-    pair = specli.load(target=str(target_dir), draft=str(draft_dir), device="cpu", threads=None, compile=True)
+    pair = specli.load(
+        target=str(target_dir), draft=str(draft_dir), device="cpu", threads=None, compile=True, lean=False
+    )
     ids = pair.encode(PROMPTS[1], chat=False)
     expected = reference(pair.target_model, ids, N)
     before = compiled_graphs()
