@@ -96,8 +96,10 @@ class Server:
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[Server, Server]]:
     """Both servers, started together (they load while the first tests run): the main one, and one with
-    an API key (from SPECLI_API_KEY) and --max-queue 1."""
-    started = Server([]), Server(["--max-queue", "1"], env={"SPECLI_API_KEY": KEY})
+    an API key (from SPECLI_API_KEY) and --max-queue 1, decoding plainly so that a long request runs for
+    seconds (the queue test needs one still running while two more arrive; drafting finishes 480 tokens
+    in under two)."""
+    started = Server([]), Server(["--max-queue", "1", "--strategy", "none"], env={"SPECLI_API_KEY": KEY})
     yield started
     for s in started:
         s.stop()
