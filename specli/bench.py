@@ -17,12 +17,14 @@ Importing this module imports neither torch nor transformers (a bench of servers
 
 from __future__ import annotations
 
+import copy
 import json
 import platform
 import resource
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -785,12 +787,43 @@ def transformers_generate(
         **sampling,
         **extra,
     )
-    synchronize(device)
-    start = time.perf_counter()
-    with torch.inference_mode():
-        out = pair.target_model.generate(ids, **kwargs)
-    synchronize(device)
-    return out[0, ids.shape[1] :].tolist(), time.perf_counter() - start
+    early_exit = "assistant_early_exit" in extra  # the target drafts for itself
+    drafter_model = extra.get("assistant_model") or (pair.target_model if early_exit else None)
+    drafting = {key: kwargs.pop(key) for key in ASSISTANT_CONFIG_KEYS if key in kwargs}
+    with _assistant_config(drafter_model, drafting):
+        synchronize(device)
+        start = time.perf_counter()
+        with torch.inference_mode():
+            out = pair.target_model.generate(ids, **kwargs)
+        synchronize(device)
+        seconds = time.perf_counter() - start
+    return out[0, ids.shape[1] :].tolist(), seconds
+
+
+# transformers 5.24's assisted and early-exit generation read these from the drafting model's own
+# generation_config (AssistedCandidateGenerator), not from generate()'s arguments, which it ignores
+ASSISTANT_CONFIG_KEYS = (
+    "num_assistant_tokens",
+    "num_assistant_tokens_schedule",
+    "assistant_confidence_threshold",
+)
+
+
+@contextmanager
+def _assistant_config(model: Any, values: dict[str, Any]) -> Iterator[None]:
+    """`values` set on `model.generation_config` for one generate() (the model that drafts: the
+    assistant, or the target itself for early exit), and its config restored after, so that no mode
+    leaks its schedule into the next (a heuristic schedule also rewrites it during a run)."""
+    if model is None:
+        yield
+        return
+    saved = copy.deepcopy(model.generation_config)
+    try:
+        for key, value in values.items():
+            setattr(model.generation_config, key, value)
+        yield
+    finally:
+        model.generation_config = saved
 
 
 def run_transformers(

@@ -350,13 +350,24 @@ def test_transformers_comparison_uses_the_same_settings():
     k, n-gram size and the exit layer Settings holds."""
     calls = []
 
+    def config() -> SimpleNamespace:
+        return SimpleNamespace(
+            num_assistant_tokens=None, num_assistant_tokens_schedule=None, assistant_confidence_threshold=None
+        )
+
     def generate(ids, **kwargs):
-        calls.append(kwargs)
+        """Records the arguments and what the drafting model's generation_config holds during the call
+        (where transformers reads the assisted settings from)."""
+        drafting = kwargs.get("assistant_model") or (target if "assistant_early_exit" in kwargs else None)
+        held = vars(drafting.generation_config) if drafting is not None else {}
+        calls.append(kwargs | {k: v for k, v in held.items() if v is not None})
         return torch.cat([ids, torch.zeros(1, kwargs["max_new_tokens"], dtype=ids.dtype)], dim=1)
 
+    target = SimpleNamespace(generate=generate, generation_config=config())
     pair = SimpleNamespace(
-        target_model=SimpleNamespace(generate=generate), target=SimpleNamespace(device=torch.device("cpu")),
-        draft_model=object(), tokenizer=SimpleNamespace(pad_token_id=0), eos_ids={0},
+        target_model=target, target=SimpleNamespace(device=torch.device("cpu")),
+        draft_model=SimpleNamespace(generation_config=config()), tokenizer=SimpleNamespace(pad_token_id=0),
+        eos_ids={0},
     )  # fmt: skip
     settings = resolve_settings(
         max_new_tokens=6, num_draft_tokens=3, temperature=0.7, top_k=20, top_p=0.9, ngram_max=2, exit_layer=2
@@ -583,3 +594,44 @@ def test_each_strategy_measures_at_its_own_k(tiny_pair, monkeypatch):
     for strategy in ("draft", "lookup", "none"):
         b.measure(pair, prompt, ids, strategy, bench, 0)
     assert [(s.strategy, s.num_draft_tokens) for s in seen] == [("draft", 4), ("lookup", 16), ("none", 4)]
+
+
+def test_assisted_modes_reach_transformers_candidate_generator(tiny_pair, monkeypatch):
+    """transformers 5.24 reads num_assistant_tokens and the confidence threshold from the drafting
+    model's generation_config, not from generate()'s arguments: the same-k modes must arrive there (k,
+    constant, no threshold), the defaults modes must see transformers' own (20 and 0.4), and no mode may
+    leave its settings behind on the models. Catches passing them as generate() arguments only."""
+    from transformers.generation import candidate_generator
+
+    import specli
+
+    seen = []
+    real = candidate_generator.AssistedCandidateGenerator.get_candidates
+
+    def spy(self, *args, **kwargs):
+        seen.append((self.num_assistant_tokens, self.assistant_confidence_threshold))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(candidate_generator.AssistedCandidateGenerator, "get_candidates", spy)
+    pair = specli.load(target=str(tiny_pair[0]), draft=str(tiny_pair[1]), device="cpu", threads=None)
+    settings = pair.settings(max_new_tokens=6, num_draft_tokens=3, exit_layer=1)
+    ids = pair.encode("def add(a, b):", chat=False)
+    modes = b.transformers_modes(pair, ["draft", "self"], settings)
+    got = {}
+    for name in (
+        "assisted",
+        "assisted (transformers defaults)",
+        "early exit",
+        "early exit (transformers defaults)",
+    ):
+        seen.clear()
+        b.transformers_generate(pair, ids, modes[name], settings, 0)
+        got[name] = set(seen)
+    assert got == {
+        "assisted": {(3, 0.0)},
+        "assisted (transformers defaults)": {(20, 0.4)},
+        "early exit": {(3, 0.0)},
+        "early exit (transformers defaults)": {(20, 0.4)},
+    }
+    for model in (pair.draft_model, pair.target_model):
+        assert model.generation_config.num_assistant_tokens is None  # restored after each mode

@@ -179,7 +179,9 @@ def transformers_table(hf: dict[str, Any], specli_best: dict[str, float]) -> Tab
         "assisted": "draft",
         "assisted (transformers defaults)": "draft",
         "prompt lookup": "lookup",
+        "prompt lookup (transformers docs: 10 tokens)": "lookup",
         "early exit": "self",
+        "early exit (transformers defaults)": "self",
     }
     for mode, m in hf.items():
         if "error" in m:
