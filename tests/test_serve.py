@@ -97,8 +97,7 @@ class Server:
 def servers() -> Iterator[tuple[Server, Server]]:
     """Both servers, started together (they load while the first tests run): the main one, and one with
     an API key (from SPECLI_API_KEY) and --max-queue 1, decoding plainly so that a long request runs for
-    seconds (the queue test needs one still running while two more arrive; drafting finishes 480 tokens
-    in under two)."""
+    seconds (the queue test needs one still running while two more arrive)."""
     started = Server([]), Server(["--max-queue", "1", "--strategy", "none"], env={"SPECLI_API_KEY": KEY})
     yield started
     for s in started:
@@ -456,7 +455,10 @@ def test_past_max_queue_a_request_gets_503(keyed, reference):
         httpx.Client(base_url=keyed.url, timeout=REQUEST_TIMEOUT, headers=auth) as c,
     ):
         with a.stream("POST", "/v1/completions", json=long) as running:
-            next(e for e in sse_events(running) if e["choices"][0]["text"])  # it runs
+            # keep the event iterator referenced: a dropped one closes the response, which the server
+            # takes for a client gone and cancels the running request
+            events_a = sse_events(running)
+            next(e for e in events_a if e["choices"][0]["text"])  # it runs
             with b.stream("POST", "/v1/completions", json=short) as waiting:
                 assert waiting.status_code == 200  # admitted: it waits in line
                 error = check_error(c.post("/v1/completions", json={"prompt": "x", "max_tokens": 4}), 503)
