@@ -61,9 +61,14 @@ class _Costs:
 
     def verify_line(self) -> tuple[float, float]:
         """(intercept, slope) of verify time against tokens verified: weighted least squares through
-        the per-n means; with one n seen, a slope of VERIFY_SLOPE of that mean per token; never
-        decreasing in n."""
+        the per-n means of the rounds that drafted (n >= 2; 1-token plain steps only while no round
+        drafted); with one n, a slope of VERIFY_SLOPE of that mean per token; never decreasing in n."""
         points = [(m, total / w, w) for m, (total, w) in self.verify.items() if w > 1e-9]
+        # choose() prices drafting rounds only (n >= 2): a plain step's 1-token verify often takes a
+        # cheaper path (no mask, one row of logits), and fitted with them it would steepen the slope
+        drafted = [p for p in points if p[0] > 1]
+        if drafted:
+            points = drafted
         weight = sum(w for *_, w in points)
         mean_n = sum(m * w for m, _, w in points) / weight
         mean_t = sum(t * w for _, t, w in points) / weight

@@ -136,6 +136,30 @@ def test_costs_seen_at_one_length_are_that_lengths_mean():
     assert par.cost(7) == pytest.approx(0.4 + 1.0 + 3 * VERIFY_SLOPE)
 
 
+def test_plain_steps_do_not_steepen_the_verify_line():
+    """Rounds that drafted nothing verify one token, often through a cheaper path (no mask, one row of
+    logits): 1.0 here, against 1.4 + 0.05 per token for 2..5 tokens. choose() only prices drafting
+    rounds, so their line is the drafted points' alone; fitted through the plain steps' point it would
+    price each drafted token at about 0.1 and choose short drafts (lookup drafted 1.9 a round where 3
+    paid). Catches the plain steps kept in the fit."""
+    length = DraftLength(4)
+    for i in range(40):
+        k = i % 5  # 0 (a plain step: nothing matched) .. 4
+        accepted = min(k, [0, 1, 2, 3, 4][(i * 7) % 5] if k else 0)
+        verify = 1.0 if k == 0 else 1.4 + 0.05 * (k + 1)
+        length.observe(k, accepted, 0.0, verify)
+    intercept, slope = length._costs.verify_line()
+    assert slope == pytest.approx(0.05) and intercept == pytest.approx(1.4)
+    assert length.cost(1) == pytest.approx(1.5) and length.cost(4) == pytest.approx(1.65)
+
+
+def test_a_plain_steps_verify_is_the_line_until_a_round_drafts():
+    length = DraftLength(4)
+    feed(length, 3, 0, 0, 0.0, 1.0)
+    feed(length, 1, 2, 1, 0.02, 1.3)
+    assert length.cost(2) == pytest.approx(0.02 + 1.3)  # the one drafted length seen: its own mean
+
+
 def test_the_choice_flips_at_the_break_even_draft_cost():
     """Near the draft cost per token u* at which drafting 3 and drafting 4 give the same expected tokens per
     second (from the controller's own E(k) and the true linear costs), the controller drafts 4 just below
