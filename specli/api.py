@@ -286,12 +286,9 @@ class Pair:
         model on CPU); only the target's forwards are compiled then."""
         if not self.lean:
             return None, "lean steps are off"
-        if isinstance(model, EagleHead):
-            if id(model) not in self._lean_steps:
-                self._lean_steps[id(model)] = (LeanHead(model), None)
-            return self._lean_steps[id(model)]
-        if id(model) not in self._lean_steps:
-            self._lean_steps[id(model)] = LeanDecoder.build(model)
+        if id(model) not in self._lean_steps:  # a head is specli's own module: no probe needed
+            built = (LeanHead(model), None) if isinstance(model, EagleHead) else LeanDecoder.build(model)
+            self._lean_steps[id(model)] = built
         return self._lean_steps[id(model)]
 
     def drafter_step(self, strategy: str | None = None) -> str | None:

@@ -662,12 +662,7 @@ def environment(pair: Pair, dtype: str | None, quant: str | None) -> dict[str, A
 def drafter_steps(pair: Pair) -> dict[str, str]:
     """How each loaded drafter model or head steps: {"draft" | "eagle": "lean" | "compiled" |
     "transformers (why)"} (Pair.drafter_step), for the ones the pair has."""
-    steps = {}
-    for strategy in ("draft", "eagle"):
-        step = pair.drafter_step(strategy) if hasattr(pair, "drafter_step") else None
-        if step is not None:
-            steps[strategy] = step
-    return steps
+    return {s: step for s in ("draft", "eagle") if (step := pair.drafter_step(s)) is not None}
 
 
 def report(

@@ -635,3 +635,29 @@ def test_assisted_modes_reach_transformers_candidate_generator(tiny_pair, monkey
     }
     for model in (pair.draft_model, pair.target_model):
         assert model.generation_config.num_assistant_tokens is None  # restored after each mode
+
+
+def test_transformers_table_pairs_every_mode_with_its_strategy():
+    """Same-k and out-of-the-box modes alike compare with the strategy of their kind."""
+    from rich.console import Console
+
+    from specli.render.bench import transformers_table
+
+    hf = {
+        "plain": {"tokens_per_second": 100.0},
+        "assisted": {"tokens_per_second": 150.0},
+        "assisted (transformers defaults)": {"tokens_per_second": 120.0},
+        "prompt lookup (transformers docs: 10 tokens)": {"tokens_per_second": 200.0},
+        "early exit (transformers defaults)": {"tokens_per_second": 90.0},
+    }
+    console = Console(record=True, width=150, file=io.StringIO())
+    console.print(transformers_table(hf, {"none": 100.0, "draft": 300.0, "lookup": 220.0, "self": 135.0}))
+    cells = [line.split("│") for line in console.export_text().splitlines() if line.count("│") == 4]
+    rows = {cell[1].strip(): cell[3].strip() for cell in cells}
+    assert rows == {
+        "plain": "1.00× (none)",
+        "assisted": "2.00× (draft)",
+        "assisted (transformers defaults)": "2.50× (draft)",
+        "prompt lookup (transformers docs: 10 tokens)": "1.10× (lookup)",
+        "early exit (transformers defaults)": "1.50× (self)",
+    }

@@ -129,6 +129,27 @@ def rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
 
 
+def split_heads(
+    qkv: torch.Tensor,
+    heads: int,
+    kv_heads: int,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    q_norm: torch.Tensor | None = None,
+    k_norm: torch.Tensor | None = None,
+    eps: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A q/k/v projection [n, (heads + 2 kv_heads) * d] -> q [heads, n, d], k and v [kv_heads, n, d]: q
+    and k normed per head when norms are given (Qwen3), then rotated together by cos, sin [n, d]."""
+    n, d = qkv.shape[0], cos.shape[-1]
+    qkv = qkv.view(n, heads + 2 * kv_heads, d)
+    qk, v = qkv[:, : heads + kv_heads], qkv[:, heads + kv_heads :]
+    if q_norm is not None:
+        qk = torch.cat([rms(qk[:, :heads], q_norm, eps), rms(qk[:, heads:], k_norm, eps)], 1)
+    qk = rotate(qk.transpose(0, 1), cos, sin)  # [heads + kv_heads, n, d]
+    return qk[:heads], qk[heads:], v.transpose(0, 1)
+
+
 def attend(
     q: torch.Tensor,
     keys: torch.Tensor,

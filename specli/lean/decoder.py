@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from specli.lean.core import LeanKV, RotaryTable, attend, rms, rotate
+from specli.lean.core import LeanKV, RotaryTable, attend, rms, split_heads
 
 LEAN_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")  # decoder layers of the same shape
 LENGTH_DEPENDENT_ROPE = ("dynamic", "longrope")  # their frequencies change with the sequence length
@@ -145,20 +145,12 @@ class LeanDecoder:
     def _qkv(
         self, h: torch.Tensor, layer: _Layer, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """h [n, H] -> q [heads, n, d], k and v [kv_heads, n, d] (k and q normed (Qwen3) and rotated)."""
-        n, d = h.shape[0], self.head_dim
+        """h [n, H] -> q [heads, n, d], k and v [kv_heads, n, d] (q and k normed (Qwen3) and rotated)."""
         if len(layer.qkv) == 1:
-            qkv = F.linear(h, layer.qkv[0], layer.qkv_bias[0]).view(n, self.heads + 2 * self.kv_heads, d)
+            qkv = F.linear(h, layer.qkv[0], layer.qkv_bias[0])
         else:
             qkv = torch.cat([F.linear(h, w, b) for w, b in zip(layer.qkv, layer.qkv_bias, strict=True)], -1)
-            qkv = qkv.view(n, self.heads + 2 * self.kv_heads, d)
-        qk, v = qkv[:, : self.heads + self.kv_heads], qkv[:, self.heads + self.kv_heads :]
-        if layer.q_norm is not None:
-            q = rms(qk[:, : self.heads], layer.q_norm, self.eps)
-            k = rms(qk[:, self.heads :], layer.k_norm, self.eps)
-            qk = torch.cat([q, k], 1)
-        qk = rotate(qk.transpose(0, 1), cos, sin)  # [heads + kv_heads, n, d]: q and k in one rotation
-        return qk[: self.heads], qk[self.heads :], v.transpose(0, 1)
+        return split_heads(qkv, self.heads, self.kv_heads, cos, sin, layer.q_norm, layer.k_norm, self.eps)
 
     def probe(self) -> None:
         """LeanUnsupported when this forward's logits differ from the model's own on a short sequence:
@@ -200,8 +192,6 @@ def _check_supported(model: nn.Module) -> None:
         raise LeanUnsupported(f"activation {config.hidden_act!r}")
     if getattr(model, "hf_quantizer", None) is not None:
         raise LeanUnsupported("quantized weights")
-    if len(set(getattr(model, "hf_device_map", {}).values())) > 1:
-        raise LeanUnsupported("weights split over several devices")
     rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
     if (rope.get("rope_type") or rope.get("type")) in LENGTH_DEPENDENT_ROPE:
         raise LeanUnsupported(f"rotary embedding {rope.get('rope_type') or rope.get('type')!r}")
@@ -209,8 +199,8 @@ def _check_supported(model: nn.Module) -> None:
     if inner is None or not all(hasattr(inner, a) for a in ("embed_tokens", "layers", "norm", "rotary_emb")):
         raise LeanUnsupported("an unexpected module layout")
     devices = {p.device for p in model.parameters()}
-    if len(devices) > 1:
-        raise LeanUnsupported("weights on several devices")
+    if len(devices) > 1 or any(d.type == "meta" for d in devices):
+        raise LeanUnsupported("weights split over several devices or offloaded")
     for module in model.modules():
         if isinstance(module, nn.Linear) and type(module) is not nn.Linear:
             raise LeanUnsupported(f"{type(module).__name__} layers")

@@ -12,7 +12,7 @@ import torch
 from torch.nn import functional as F
 
 from specli.eagle_head import EagleHead, rope_frequencies
-from specli.lean.core import LeanKV, RotaryTable, attend, rms, rotate
+from specli.lean.core import LeanKV, RotaryTable, attend, rms, split_heads
 
 
 @dataclass
@@ -67,22 +67,14 @@ class LeanHead:
         for i, layer in enumerate(self.layers):
             if i > 0:
                 attention_input = rms(x, layer.input_norm, self.eps)
-            q, k, v = self._qkv(attention_input, layer, cos, sin)
+            qkv = F.linear(attention_input, layer.qkv)
+            q, k, v = split_heads(qkv, self.heads, self.kv_heads, cos, sin)
             keys, values = cache.write(i, k, v)  # [kv_heads, start + n, d]
             x = x + F.linear(attend(q, keys, values, start, self.scale), layer.o)
             h = rms(x, layer.post_norm, self.eps)
             x = x + F.linear(F.silu(F.linear(h, layer.gate)) * F.linear(h, layer.up), layer.down)
         cache.advance(n)
         return x
-
-    def _qkv(
-        self, x: torch.Tensor, layer: _HeadLayer, cos: torch.Tensor, sin: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """x [n, attention input] -> q [heads, n, d], k and v [kv_heads, n, d], q and k rotated."""
-        n = x.shape[0]
-        qkv = F.linear(x, layer.qkv).view(n, self.heads + 2 * self.kv_heads, self.head_dim)
-        qk = rotate(qkv[:, : self.heads + self.kv_heads].transpose(0, 1), cos, sin)
-        return qk[: self.heads], qk[self.heads :], qkv[:, self.heads + self.kv_heads :].transpose(0, 1)
 
 
 def _layer(layer: torch.nn.Module) -> _HeadLayer:

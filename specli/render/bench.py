@@ -177,18 +177,16 @@ def transformers_table(hf: dict[str, Any], specli_best: dict[str, float]) -> Tab
     matching = {
         "plain": "none",
         "assisted": "draft",
-        "assisted (transformers defaults)": "draft",
         "prompt lookup": "lookup",
-        "prompt lookup (transformers docs: 10 tokens)": "lookup",
         "early exit": "self",
-        "early exit (transformers defaults)": "self",
-    }
+    }  # by the mode's name before any " (...)": "assisted (transformers defaults)" is assisted too
     for mode, m in hf.items():
         if "error" in m:
             table.add_row(mode, "error", m["error"])
             continue
-        ours = specli_best.get(matching.get(mode, ""))
-        ratio = f"{ours / m['tokens_per_second']:.2f}× ({matching[mode]})" if ours else "–"
+        strategy = matching.get(mode.split(" (")[0], "")
+        ours = specli_best.get(strategy)
+        ratio = f"{ours / m['tokens_per_second']:.2f}× ({strategy})" if ours else "–"
         table.add_row(mode, f"{m['tokens_per_second']:.1f}", ratio)
     return table
 
