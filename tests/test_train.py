@@ -158,9 +158,17 @@ def test_training_json_has_the_recipe_and_the_engine_measurement(tiny_pair, file
     measurement by a separate scorer, or of another drafter than the one written)."""
     out = tmp_path / "h"
     compare = ["--compare-with", str(tiny_pair[1])]
-    train(*quick("eagle3", tiny_pair[0], out, files, "--layers", "2", "-k", "3", *compare))
+    train(
+        *quick(
+            "eagle3", tiny_pair[0], out, files, "--layers", "2", "--intermediate", "40", "-k", "3", *compare
+        )
+    )
     report = json.loads((out / "training.json").read_text())
     assert report["recipe"]["layers"] == 2 and report["config"]["num_layers"] == 2
+    assert report["config"]["intermediate_size"] == 40  # --intermediate: the head's MLP width
+    assert (
+        json.loads((out / "config.json").read_text())["transformer_layer_config"]["intermediate_size"] == 40
+    )
     assert report["recipe"]["batch_size"] == 2 and report["recipe"]["lr"] == 5e-4
     assert report["command"].startswith("specli train eagle3 --out") and "--layers 2" in report["command"]
     assert report["history"][0]["agree"] and report["validation"] is not None
@@ -352,6 +360,7 @@ BAD = {
     "not empty": (["eagle3", "@stray"], "is not empty"),
     "overwrite a foreign folder": (["eagle3", "--overwrite", "@stray"], "holds no `specli train` output"),
     "nothing to resume": (["eagle3", "--resume"], "nothing to resume"),
+    "zero-width MLP": (["eagle3", "--intermediate", "0"], "--intermediate must be at least 1"),
 }
 
 

@@ -116,6 +116,9 @@ def train_command(
     draft_vocab: Annotated[Int, _opt("eagle3, peagle: tokens the head drafts over (default 32000).")] = None,
     ttt_steps: Annotated[Int, _opt("eagle3: training-time-test unroll depth (default 3).")] = None,
     layers: Annotated[Int, _opt("eagle3, peagle: the head's decoder layers (default 1).")] = None,
+    intermediate: Annotated[
+        Int, _opt("eagle3, eagle1, peagle: the head's MLP width (default: the target's).")
+    ] = None,
     parallel: Annotated[Int, _opt("peagle, pard: drafts per forward it learns (default 8).")] = None,
     seed: Annotated[Int, _opt("Seed of the data order and initialisation (default 0).")] = None,
     time_limit: Annotated[
@@ -178,7 +181,8 @@ def train_command(
             "target": target, "data": data, "init": init, "regenerate": regenerate or None,
             "regenerate_tokens": regenerate_tokens, "steps": steps, "batch_size": batch_size,
             "context": context, "lr": lr, "draft_vocab": draft_vocab, "ttt_steps": ttt_steps,
-            "layers": layers, "parallel": parallel, "seed": seed, "dtype": dtype, "quant": quant,
+            "layers": layers, "intermediate": intermediate, "parallel": parallel, "seed": seed,
+            "dtype": dtype, "quant": quant,
         }  # fmt: skip
         from specli.training.command import Session, train
 

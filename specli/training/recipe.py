@@ -112,6 +112,8 @@ def check_recipe(recipe: TrainRecipe) -> None:
     for name in positive:
         if getattr(recipe, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1, not {getattr(recipe, name)}.")
+    if recipe.intermediate is not None and recipe.intermediate < 1:
+        raise UsageError(f"--intermediate must be at least 1, not {recipe.intermediate}.")
     if recipe.lr <= 0:
         raise UsageError(f"--lr must be above 0, not {recipe.lr}.")
     if recipe.parallel < 2:
