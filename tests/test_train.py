@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import CORPUS, build_tokenizer, make_model, save_model
+from safetensors import safe_open
 from transformers import AutoModelForCausalLM
 from typer.testing import CliRunner
 
@@ -132,10 +133,21 @@ def test_other_architectures(kind, arch, tokenizer, files, tmp_path):
     if kind == "pard":
         more = [
             "--init",
-            str(save_model(tmp_path / "d", make_model(arch, vocab, layers=1, seed=6), tokenizer)),
+            str(
+                save_model(
+                    tmp_path / "d",
+                    make_model(arch, vocab, layers=1, seed=6, tie_word_embeddings=True),
+                    tokenizer,
+                )
+            ),
         ]
     train(*quick(kind, target, tmp_path / "out", files, *more))
     assert json.loads((tmp_path / "out" / "training.json").read_text())["measurement"]["identical"]
+    if kind == "pard":  # a tied LM head is written once (catches the embeddings stored twice)
+        assert json.loads((tmp_path / "out" / "config.json").read_text())["tie_word_embeddings"]
+        with safe_open(tmp_path / "out" / "model.safetensors", "pt") as weights:
+            assert "model.embed_tokens.weight" in set(weights.keys()) - {"lm_head.weight"}
+            assert "lm_head.weight" not in set(weights.keys())
     pair = specli.load(target=str(target), draft=str(tmp_path / "out"), strategy=STRATEGY[kind], threads=None)
     result = pair.generate(PROMPTS[1], max_new_tokens=10, temperature=0.0)
     assert result.token_ids == greedy_reference(target, result.prompt_token_ids, 10, pair.eos_ids)

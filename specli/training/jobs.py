@@ -194,7 +194,12 @@ def save_causal_lm(model: Any, tokenizer: Any, folder: Path) -> None:
     keeps its float32 weights."""
     named = getattr(model.config, "dtype", None) or getattr(model.config, "torch_dtype", None)
     dtype = torch.bfloat16 if str(named).removeprefix("torch.") == "bfloat16" else torch.float16
-    state = {k: (v.to(dtype) if v.is_floating_point() else v) for k, v in model.state_dict().items()}
+    state, seen = {}, set()
+    for name, tensor in model.state_dict().items():
+        if tensor.data_ptr() in seen:  # a tied copy (the LM head of tied embeddings): stored once
+            continue
+        seen.add(tensor.data_ptr())
+        state[name] = tensor.to(dtype) if tensor.is_floating_point() else tensor
     before = named
     model.config.dtype = dtype
     try:
