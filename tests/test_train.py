@@ -103,6 +103,9 @@ def test_every_kind_trains_and_its_drafter_loads_losslessly(kind, tiny_pair, fil
         assert config["pard_token"] == config["vocab_size"] - 1 and config["para_num"] == 4
     if kind in ("pard", "draft"):
         assert (out / "tokenizer.json").is_file()
+        with safe_open(out / "model.safetensors", "pt") as weights:  # the dtype config.json names
+            assert config["dtype"] == "float16"
+            assert {weights.get_tensor(name).dtype for name in weights.keys()} == {torch.float16}  # noqa: SIM118
     if kind != "draft":  # the engines serve what it wrote (vLLM: speculators heads, PARD folders)
         export = [
             "export",

@@ -201,9 +201,10 @@ def save_causal_lm(model: Any, tokenizer: Any, folder: Path) -> None:
         seen.add(tensor.data_ptr())
         state[name] = tensor.to(dtype) if tensor.is_floating_point() else tensor
     before = named
-    model.config.dtype = dtype
     try:
-        model.save_pretrained(folder, state_dict=state)
+        model.save_pretrained(folder, state_dict=state)  # it names the in-memory float32 in config.json
+        model.config.dtype = dtype
+        model.config.save_pretrained(folder)  # so the config is written again with the weights' dtype
     finally:
         model.config.dtype = before
     tokenizer.save_pretrained(folder)
