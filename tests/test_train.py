@@ -156,6 +156,24 @@ def test_other_architectures(kind, arch, tokenizer, files, tmp_path):
     assert result.token_ids == greedy_reference(target, result.prompt_token_ids, 10, pair.eos_ids)
 
 
+def test_aux_layers_choose_the_features_the_head_fuses(tiny_pair, files, tmp_path):
+    """--aux-layers 1,4 on a 4-layer target: the head is shaped for two features, the speculators config
+    names them, the engine reads those hidden states (round info) and output stays the target's (catches
+    the option dropped on the way to the head, or a drafter reading the default layers 2, 2, 1)."""
+    out = tmp_path / "h"
+    train(*quick("eagle3", tiny_pair[0], out, files, "--aux-layers", "1,4"))
+    report = json.loads((out / "training.json").read_text())
+    assert report["recipe"]["aux_layers"] == [1, 4] and report["config"]["aux_layers"] == [1, 4]
+    assert json.loads((out / "config.json").read_text())["eagle_aux_hidden_state_layer_ids"] == [1, 4]
+    assert report["measurement"]["identical"]
+    pair = specli.load(target=str(tiny_pair[0]), draft=str(out), strategy="eagle", threads=None)
+    rounds = list(pair.stream(PROMPTS[0], max_new_tokens=10, temperature=0.0, num_draft_tokens=3))
+    assert any(r.info.get("target_layers") == [1, 4] for r in rounds)
+    assert pair.head.fc.weight.shape[1] == 2 * pair.head.config.target_hidden_size
+    ids = [t for r in rounds for t in r.committed]
+    assert ids == greedy_reference(tiny_pair[0], pair.encode(PROMPTS[0]), 10, pair.eos_ids)
+
+
 def test_the_embedded_target(tmp_path):
     """`specli train eagle3 --target embedded:tiny-target --data code --quick` (the bundled code set; the
     evaluation prompts, from the same set, are held out of training)."""
@@ -376,6 +394,10 @@ BAD = {
     "overwrite a foreign folder": (["eagle3", "--overwrite", "@stray"], "holds no `specli train` output"),
     "nothing to resume": (["eagle3", "--resume"], "nothing to resume"),
     "zero-width MLP": (["eagle3", "--intermediate", "0"], "--intermediate must be at least 1"),
+    "aux layer past the top": (["eagle3", "--aux-layers", "2,9"], "between 1 and 4"),
+    "aux layers not numbers": (["eagle3", "--aux-layers", "2;3"], "separated by commas"),
+    "aux layers for eagle1": (["eagle1", "--aux-layers", "2,3"], "reads the target's final hidden state"),
+    "aux layers with --init": (["peagle", "--init", "{other}", "--aux-layers", "2,3"], "drop one"),
 }
 
 

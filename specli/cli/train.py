@@ -116,6 +116,15 @@ def train_command(
     draft_vocab: Annotated[Int, _opt("eagle3, peagle: tokens the head drafts over (default 32000).")] = None,
     ttt_steps: Annotated[Int, _opt("eagle3: training-time-test unroll depth (default 3).")] = None,
     layers: Annotated[Int, _opt("eagle3, peagle: the head's decoder layers (default 1).")] = None,
+    aux_layers: Annotated[
+        str | None,
+        _opt(
+            "eagle3, peagle: the target hidden states the head fuses, e.g. 2,4,7 (i enters layer i; L is "
+            "the final output; default: EAGLE-3's 2, L/2, L-3).",
+            "--aux-layers",
+            metavar="I,J,K",
+        ),
+    ] = None,
     intermediate: Annotated[
         Int, _opt("eagle3, eagle1, peagle: the head's MLP width (default: the target's).")
     ] = None,
@@ -173,7 +182,7 @@ def train_command(
     """Train a drafter (EAGLE-3, EAGLE-1, P-EAGLE, PARD or a distilled draft model) for your own target."""
     console = stderr_console(no_color)
     with user_errors(debug):
-        from specli.training.recipe import check_kind, parse_duration
+        from specli.training.recipe import check_kind, parse_aux_layers, parse_duration
 
         check_kind(kind)
         limit = parse_duration(time_limit) if time_limit is not None else None
@@ -182,6 +191,7 @@ def train_command(
             "regenerate_tokens": regenerate_tokens, "steps": steps, "batch_size": batch_size,
             "context": context, "lr": lr, "draft_vocab": draft_vocab, "ttt_steps": ttt_steps,
             "layers": layers, "intermediate": intermediate, "parallel": parallel, "seed": seed,
+            "aux_layers": parse_aux_layers(aux_layers) if aux_layers is not None else None,
             "dtype": dtype, "quant": quant,
         }  # fmt: skip
         from specli.training.command import Session, train

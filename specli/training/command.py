@@ -328,7 +328,7 @@ def plan_memory(checked: Checked, console: Console) -> memory.TrainingNeed | Non
             config = AutoConfig.from_pretrained(checked.target_folder)
             vocab = memory.Shape.from_config(checked.target_config).vocab_size
             kind = "eagle1" if r.kind == "eagle1" else "eagle3"
-            head = head_config_for(config, vocab, kind, r.draft_vocab, r.intermediate, r.layers)
+            head = head_config_for(config, vocab, kind, r.draft_vocab, r.intermediate, r.layers, r.aux_layers)
     drafter = loading.read_config(checked.init_folder) if checked.init_folder and head is None else None
     need = training_plan.training_need(r, checked.target_config, dtype_bytes, quant, head, drafter)
     if need is None:

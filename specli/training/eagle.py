@@ -21,6 +21,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from specli.eagle_head import EagleHead, HeadConfig, default_aux_layers, init_weights
+from specli.errors import UsageError
 from specli.head_formats import save_head
 from specli.training.corpus import load_corpus
 from specli.training.tiny import (
@@ -89,21 +91,37 @@ def quick_recipe(kind: str) -> HeadRecipe:
 # --------------------------------------------------------------------------- the target's side
 
 
-def head_config(target, kind: str, draft_vocab: int, intermediate: int, layers: int = 1) -> HeadConfig:
+def head_config(
+    target,
+    kind: str,
+    draft_vocab: int,
+    intermediate: int | None,
+    layers: int = 1,
+    aux_layers: Sequence[int] | None = None,
+) -> HeadConfig:
     """A head shaped for `target` (a LlamaForCausalLM-like model)."""
     vocab = target.get_output_embeddings().weight.shape[0]
-    return head_config_for(target.config, vocab, kind, draft_vocab, intermediate, layers)
+    return head_config_for(target.config, vocab, kind, draft_vocab, intermediate, layers, aux_layers)
 
 
 def head_config_for(
-    config, vocab: int, kind: str, draft_vocab: int, intermediate: int | None = None, layers: int = 1
+    config,
+    vocab: int,
+    kind: str,
+    draft_vocab: int,
+    intermediate: int | None = None,
+    layers: int = 1,
+    aux_layers: Sequence[int] | None = None,
 ) -> HeadConfig:
     """A head shaped for a target of this transformers config whose LM head has `vocab` rows, from the
     config alone (the memory planner runs it before any weights load). intermediate=None: the target's
-    MLP width; layers: the head's decoder layers (eagle3; eagle1 has one). A scaled rotary embedding
-    (Llama 3's) is the head's too: it reads the target's positions."""
+    MLP width; layers: the head's decoder layers (eagle3; eagle1 has one); aux_layers (eagle3): the
+    output_hidden_states indices it reads, 1..L (None: EAGLE-3's 2, L//2, L-3). A scaled rotary
+    embedding (Llama 3's) is the head's too: it reads the target's positions."""
     c = getattr(config, "text_config", None) or config
     depth = c.num_hidden_layers
+    if aux_layers is not None and kind == "eagle3":
+        check_aux_layers(aux_layers, depth)
     heads = c.num_attention_heads
     rope = dict(getattr(c, "rope_parameters", None) or getattr(c, "rope_scaling", None) or {})
     theta = float(rope.pop("rope_theta", None) or getattr(c, "rope_theta", None) or 10000.0)
@@ -118,13 +136,24 @@ def head_config_for(
         target_hidden_size=c.hidden_size,
         target_vocab_size=vocab,
         draft_vocab_size=min(draft_vocab, vocab) if kind == "eagle3" else vocab,
-        aux_layers=default_aux_layers(depth) if kind == "eagle3" else (depth,),
+        aux_layers=(tuple(aux_layers or default_aux_layers(depth)) if kind == "eagle3" else (depth,)),
         num_layers=layers if kind == "eagle3" else 1,
         rms_norm_eps=getattr(c, "rms_norm_eps", None) or 1e-6,
         rope_theta=theta,
         rope_scaling=rope if scaled else None,
         max_position_embeddings=c.max_position_embeddings,
     )
+
+
+def check_aux_layers(aux_layers: Sequence[int], depth: int) -> None:
+    """UsageError unless aux_layers are distinct hidden-state indices in 1..depth (index i enters layer i;
+    index depth is the target's final, normed output)."""
+    bad = [i for i in aux_layers if not 1 <= i <= depth]
+    if bad or len(set(aux_layers)) != len(aux_layers) or not aux_layers:
+        raise UsageError(
+            f"--aux-layers {','.join(map(str, aux_layers))}: give distinct target hidden states between 1 "
+            f"and {depth} (this target's depth; i is the input of layer i, {depth} its final output)."
+        )
 
 
 def draft_vocabulary(stream: torch.Tensor, size: int, vocab: int) -> torch.Tensor:

@@ -87,7 +87,7 @@ def new_head(inputs: Inputs, kind: str) -> EagleHead:
     stream's most frequent tokens and its norm and LM head start as the target's."""
     r, target = inputs.recipe, inputs.target
     config = eagle.head_config(
-        target, kind, r.draft_vocab, r.intermediate, r.layers if kind == "eagle3" else 1
+        target, kind, r.draft_vocab, r.intermediate, r.layers if kind == "eagle3" else 1, r.aux_layers
     )
     head = init_weights(EagleHead(config), seed=r.seed)
     if kind == "eagle3":

@@ -41,6 +41,7 @@ class TrainRecipe:
     ttt_steps: int = 3  # eagle3: training-time test unroll depth (eagle1: 1, noise instead)
     layers: int = 1  # eagle3, peagle: the head's decoder layers
     intermediate: int | None = None  # the head's MLP width (None: the target's)
+    aux_layers: list[int] | None = None  # eagle3, peagle: target hidden states read (None: EAGLE-3's)
     parallel: int = 8  # peagle, pard: drafts per forward it learns (K)
     retain: float = 0.7  # peagle, pard: P(keep depth j | kept depth j-1) in the packed layout
     step_decay: float = 0.8  # eagle kinds: weight of unroll step j is step_decay**j
@@ -120,6 +121,13 @@ def check_recipe(recipe: TrainRecipe) -> None:
         raise UsageError(f"--parallel must be at least 2 (drafts per forward), not {recipe.parallel}.")
     if recipe.context < 8:
         raise UsageError(f"--context must be at least 8 tokens, not {recipe.context}.")
+    if recipe.aux_layers is not None and recipe.kind not in ("eagle3", "peagle"):
+        raise UsageError(
+            f"--aux-layers is for eagle3 and peagle heads; {recipe.kind} reads "
+            + ("the target's final hidden state." if recipe.kind == "eagle1" else "no target features.")
+        )
+    if recipe.aux_layers is not None and recipe.init:
+        raise UsageError("--aux-layers shapes a new head; the --init head reads its own: drop one.")
     if recipe.kind == "eagle1" and recipe.layers != 1:
         raise UsageError("an EAGLE-1 head has one decoder layer: drop --layers, or train eagle3.")
     if recipe.kind in INIT_KINDS and not recipe.init:
@@ -127,6 +135,16 @@ def check_recipe(recipe: TrainRecipe) -> None:
             f"'{recipe.kind}' starts from a small model: pass --init MODEL (a folder, hub id or "
             "embedded:NAME with the target's tokenizer)."
         )
+
+
+def parse_aux_layers(text: str) -> list[int]:
+    """'2,4,7' -> [2, 4, 7]; UsageError otherwise."""
+    try:
+        return [int(part) for part in text.replace(" ", "").split(",")]
+    except ValueError:
+        raise UsageError(
+            f"--aux-layers {text!r}: give target hidden-state indices separated by commas, e.g. 2,4,7."
+        ) from None
 
 
 def resume_conflicts(saved: TrainRecipe, asked: dict[str, Any]) -> list[str]:
