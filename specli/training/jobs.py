@@ -200,13 +200,12 @@ def save_causal_lm(model: Any, tokenizer: Any, folder: Path) -> None:
             continue
         seen.add(tensor.data_ptr())
         state[name] = tensor.to(dtype) if tensor.is_floating_point() else tensor
-    before = named
     try:
         model.save_pretrained(folder, state_dict=state)  # it names the in-memory float32 in config.json
         model.config.dtype = dtype
         model.config.save_pretrained(folder)  # so the config is written again with the weights' dtype
     finally:
-        model.config.dtype = before
+        model.config.dtype = named
     tokenizer.save_pretrained(folder)
 
 

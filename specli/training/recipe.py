@@ -109,12 +109,14 @@ def build_recipe(kind: str, target: str, data: str, quick: bool = False, **given
 
 def check_recipe(recipe: TrainRecipe) -> None:
     """UsageError for values no run can use (one line naming the option)."""
-    positive = ("steps", "batch_size", "context", "draft_vocab", "ttt_steps", "layers", "regenerate_tokens")
+    positive = (
+        "steps", "batch_size", "context", "draft_vocab", "ttt_steps", "layers", "intermediate",
+        "regenerate_tokens",
+    )  # fmt: skip
     for name in positive:
-        if getattr(recipe, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be at least 1, not {getattr(recipe, name)}.")
-    if recipe.intermediate is not None and recipe.intermediate < 1:
-        raise UsageError(f"--intermediate must be at least 1, not {recipe.intermediate}.")
+        value = getattr(recipe, name)
+        if value is not None and value < 1:  # None: the default (intermediate: the target's width)
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1, not {value}.")
     if recipe.lr <= 0:
         raise UsageError(f"--lr must be above 0, not {recipe.lr}.")
     if recipe.parallel < 2:
