@@ -574,7 +574,7 @@ def test_missing_extra_is_one_line_naming_the_install(monkeypatch):
     result = CliRunner().invoke(cli_app, ["serve", "--device", "cpu"])
     assert result.exit_code == 1
     assert result.stderr.strip().splitlines() == [
-        "error: specli serve needs the serve extra (uvicorn is missing): pip install 'specli[serve]'"
+        "error: specli serve needs the serve extra (uvicorn is missing): pip install -e '.[serve]' (in the specli checkout)"
     ]
 
 

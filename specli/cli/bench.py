@@ -254,7 +254,7 @@ def _endpoints(
     except ImportError as e:
         raise UsageError(
             f"bench --endpoint needs {e.name}, which is not installed.",
-            "Install it: pip install 'specli[serve]'.",
+            "Install it in the specli checkout: pip install -e '.[serve]'.",
         ) from None
     if not local and compare_hf:
         raise UsageError("--compare-hf times a local model.", "Add --strategy (or --preset) to load one.")

@@ -33,7 +33,7 @@ from specli.cli.options import (
 from specli.errors import SpecliError
 from specli.threads import AUTO
 
-EXTRA_HINT = "pip install 'specli[serve]'"
+EXTRA_HINT = "pip install -e '.[serve]' (in the specli checkout)"
 
 
 @app.command(
