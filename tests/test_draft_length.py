@@ -182,6 +182,21 @@ def test_the_choice_flips_at_the_break_even_draft_cost():
         assert length.choose(100) == (expected, "cost model"), u
 
 
+def test_at_equal_expected_rates_the_smaller_k_wins():
+    """Every k expected to commit the same tokens per second (drafts never kept, so E(k) = 1; a parallel
+    drafter whose rounds and verifies cost the same at every length): the controller drafts 1, the least
+    work for the same rate. Catches: a tie broken towards the larger k (or the last one compared)."""
+    length = DraftLength(6, parallel=True)
+    for k in (1, 3, 6, 2, 5, 4):  # every length measured, each at the same cost
+        for _ in range(WARMUP_ROUNDS):
+            length.observe(k, 0, 4e-3, 8e-3)
+    length.accept_probs = lambda state=None: [0.0] * 6  # never kept: E(k) = 1 for every k
+    assert [length.expected_tokens(k) for k in range(7)] == [1.0] * 7
+    assert len({length.cost(k) for k in range(1, 7)}) == 1  # the same cost at every k: a true tie
+    assert length.choose(100) == (1, "cost model")
+    assert length.choose(4) == (1, "cost model")
+
+
 # --------------------------------------------------------------------------- through the engine
 
 
