@@ -48,3 +48,17 @@ def test_the_pattern_sees_a_registry_hint():
         assert REGISTRY_SPECLI.search(hint), hint
     assert not REGISTRY_SPECLI.search("pip install -e '.[serve]'")
     assert not REGISTRY_SPECLI.search("pip install 'specli-decode[serve]'")
+
+
+def test_the_readme_names_every_strategy_and_every_shipped_preset():
+    """Catches: a strategy added without its README row (the generate options table once listed
+    --strategy without eagle), a shipped preset missing from the README's preset table."""
+    from specli.settings import STRATEGIES
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    row = next(line for line in readme.splitlines() if line.startswith("| `--strategy "))
+    named = row.split("`")[1].removeprefix("--strategy ").replace("\\|", "|").split("|")
+    assert sorted(named) == sorted(STRATEGIES)
+    presets = sorted(path.stem for path in (ROOT / "presets").glob("*.yaml"))
+    missing = [name for name in presets if f"| `{name}` |" not in readme]
+    assert presets and missing == []
