@@ -188,8 +188,8 @@ def locate(
     name: str, dtype: str = "auto", quantization: str = "none"
 ) -> tuple[Model, dict[str, Any] | None, str | None]:
     """A model name -> (Model, its config.json or None, a note). embedded:NAME becomes its folder in this
-    install (unknown names raise UsageError); a local folder its absolute path; a path that is no folder
-    here is passed as given (it may be one on the serving machine); anything else is a hub id, its
+    install (unknown names raise UsageError); a local folder its absolute path (a path stays a path, never
+    a hub id); a path that is no folder here raises UsageError, one line; anything else is a hub id, its
     config.json read from the hub cache when there."""
     if name.startswith(EMBEDDED_PREFIX):
         folder = embedded_model(name[len(EMBEDDED_PREFIX) :])
@@ -201,9 +201,13 @@ def locate(
     folder = Path(os.path.expanduser(name))
     if folder.is_dir():
         return Model(name, str(folder.resolve()), "folder", dtype, quantization), read_config(folder), None
+    if folder.exists():
+        raise UsageError(f"'{name}' is a file, not a model folder: pass the folder that holds config.json.")
     if _looks_like_path(name):
-        note = f"{name} is not a folder on this machine: passed as given, for the machine that serves."
-        return Model(name, str(folder), "folder", dtype, quantization), None, note
+        raise UsageError(
+            f"model folder '{name}' does not exist: pass an existing folder, a hub id like org/name, "
+            "or embedded:NAME."
+        )
     return Model(name, name, "hub", dtype, quantization), _cached_config(name), None
 
 
@@ -236,11 +240,31 @@ def _kind_of(model: Model, config: dict | None, strategy: str) -> tuple[DrafterK
         return (*KNOWN_DRAFTERS[model.name], None)
     assumed: DrafterKind = "eagle3" if strategy == "eagle" else "model"
     what = "an EAGLE-3 head" if strategy == "eagle" else "an autoregressive draft model (not PARD)"
+    if not model.hub:  # a folder here without a readable config.json: nothing to download
+        note = f"{model.location} has no readable config.json: assumed {what}."
+        return assumed, None, note
     note = (
         f"could not read {model.name}'s config.json (not a local folder, not in the hub cache): assumed "
         f"{what}; `hf download {model.name}` first to have its kind detected."
     )
     return assumed, None, note
+
+
+def parallel_k(kind: DrafterKind | None, config: Mapping[str, Any] | None) -> int | None:
+    """The k a parallel drafter was made for, as specli drafts with it (api.Pair.parallel_draft_tokens):
+    a PARD model's `para_num`, a P-EAGLE head's speculators `speculative_tokens` (its first proposal
+    method's), else 8; None for a drafter that drafts one token per forward."""
+    config = config or {}
+    if kind == "pard":
+        value = config.get(_PARALLEL_K_KEY)
+    elif kind == "peagle":
+        speculators = config.get("speculators_config")
+        methods = speculators.get("proposal_methods") if isinstance(speculators, Mapping) else None
+        first = methods[0] if isinstance(methods, list) and methods else None
+        value = first.get("speculative_tokens") if isinstance(first, Mapping) else None
+    else:
+        return None
+    return value if type(value) is int and value >= 1 else _PARALLEL_K_DEFAULT
 
 
 def _check_roles(strategy: str, drafter: Model, kind: DrafterKind) -> None:
@@ -290,10 +314,9 @@ def resolve_pair(
         kind, layout, assumed = _kind_of(drafter, d_config, chosen)
         _check_roles(chosen, drafter, kind)
         notes += [n for n in (d_note, assumed) if n]
-        if draft and kind == "pard" and speculation.get("num_draft_tokens") is None:  # it brings its own k
-            value = (d_config or {}).get(_PARALLEL_K_KEY)
-            trained = isinstance(value, int) and value >= 1
-            speculation["num_draft_tokens"] = value if trained else _PARALLEL_K_DEFAULT
+        own_k = parallel_k(kind, d_config)
+        if draft and own_k is not None and speculation.get("num_draft_tokens") is None:
+            speculation["num_draft_tokens"] = own_k  # a parallel drafter named here brings its own k
     settings = resolve_settings(spec, strategy=chosen, **speculation)
     return ExportPair(t_model, chosen, settings, drafter, kind, layout, tuple(notes))
 

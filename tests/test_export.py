@@ -522,6 +522,72 @@ def test_pard_named_on_the_command_line_brings_its_own_k():
     assert ex.resolve_pair(draft="embedded:tiny-pard", num_draft_tokens=3).k == 3
 
 
+def _own_k(data: dict) -> int:
+    """The k specli drafts with a P-EAGLE head named by --draft (api.Pair.parallel_draft_tokens)."""
+    from specli.drafters.draft_model import PARALLEL_K_DEFAULT
+    from specli.head_formats import config_from_dict
+
+    return config_from_dict(data, target_layers=8).extra.get("speculative_tokens") or PARALLEL_K_DEFAULT
+
+
+@pytest.mark.parametrize("tokens", [None, 5])
+def test_peagle_head_named_on_the_command_line_brings_its_own_k(tmp_path, tokens):
+    """The embedded P-EAGLE head (speculative_tokens 8), a copy of it made for 5, and a SafeAILab
+    P-EAGLE head (no speculators config: 8): vLLM drafts the head's own k, as specli does; -k still
+    wins. Bug caught: the preset's k (4) exported for a P-EAGLE head named with --draft."""
+    data = json.loads((EMBEDDED / "tiny-peagle" / "config.json").read_text())
+    head = "embedded:tiny-peagle"
+    if tokens is not None:
+        data["speculators_config"]["proposal_methods"][0]["speculative_tokens"] = tokens
+        (tmp_path / "head").mkdir()
+        (tmp_path / "head" / "config.json").write_text(json.dumps(data))
+        head = str(tmp_path / "head")
+    expected = _own_k(data)
+    assert expected == (tokens or 8)
+    result = invoke("vllm", "--strategy", "eagle", "--draft", head, "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["num_speculative_tokens"] == expected
+    assert f"K={expected} " in result.stderr  # the per-round note names the same k
+    assert ex.resolve_pair(strategy="eagle", draft=head, num_draft_tokens=3).k == 3
+    for engine in ("sglang", "llama.cpp"):  # they run no parallel drafting: refused, never another k
+        assert invoke(engine, "--strategy", "eagle", "--draft", head).exit_code == 2
+    safeailab = dict(SAFEAILAB_HEAD, ptd_token_id=383)
+    (tmp_path / "safeailab").mkdir()
+    (tmp_path / "safeailab" / "config.json").write_text(json.dumps(safeailab))
+    assert ex.resolve_pair(strategy="eagle", draft=str(tmp_path / "safeailab")).k == _own_k(safeailab) == 8
+    # an EAGLE-3 head drafts one token per forward: it brings no k, the preset's stays
+    assert ex.resolve_pair(strategy="eagle", draft="embedded:tiny-eagle3").k == 4
+
+
+def test_local_paths_stay_paths_and_a_missing_one_is_refused(tmp_path, monkeypatch):
+    """Bugs caught: './x' exported as the hub id 'x' (Path('./x') drops './'), an `hf download ./x`
+    step or note for a folder, a missing folder passed on instead of refused (exit 2, one line)."""
+    monkeypatch.chdir(tmp_path)
+    for args in (["--target", "./nothere"], ["--strategy", "eagle", "--draft", "./llama8b-eagle3"]):
+        for engine in ex.ENGINES:
+            result = invoke(engine, *args)
+            assert result.exit_code == 2, result.output
+            lines = result.stderr.strip().splitlines()
+            assert len(lines) == 1 and "does not exist" in lines[0] and args[-1] in lines[0], result.stderr
+            assert result.stdout == ""
+    (tmp_path / "a-file").write_text("")
+    assert invoke("vllm", "--target", "./a-file").exit_code == 2
+    (tmp_path / "llama8b-eagle3").mkdir()  # a folder with no config.json yet
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    args = ["--target", "./target", "--strategy", "eagle", "--draft", "./llama8b-eagle3"]
+    result = invoke("vllm", *args, "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["model"] == str(tmp_path / "llama8b-eagle3")
+    assert "hf download" not in result.stderr and "no readable config.json" in result.stderr
+    steps = invoke("llama.cpp", *args)
+    assert steps.exit_code == 0, steps.output
+    commands = [shlex.split(line) for line in steps.stdout.strip().splitlines()]
+    assert not any(c[0] == "hf" for c in commands)  # nothing to download
+    assert commands[0][2] == str(tmp_path / "target") and commands[1][2] == str(tmp_path / "llama8b-eagle3")
+    assert commands[1][commands[1].index("--target-model-dir") + 1] == str(tmp_path / "target")
+
+
 def test_kinds_agree_with_the_loaders():
     """export reads drafter kinds without torch; the loaders (head_formats, draft_model) are the
     reference: both must call every embedded model the same."""
