@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -403,6 +404,28 @@ def available_presets() -> dict[str, Path]:
     for folder in [builtin_presets_dir(), *reversed(user_presets_dirs())]:  # lowest priority first
         merged.update(_presets_in(folder))
     return dict(sorted(merged.items()))
+
+
+@dataclass(frozen=True)
+class PresetEntry:
+    """One preset `available_presets` knows: its file, whether it comes from a user folder, and for a
+    user preset the shipped preset file of the same name it replaces (None when it replaces none)."""
+
+    name: str
+    path: Path
+    user: bool
+    shadows: Path | None = None
+
+
+def preset_entries() -> list[PresetEntry]:
+    """Every known preset as `available_presets` resolves it, sorted by name, each marked shipped or
+    user, a user preset with the shipped one it shadows."""
+    shipped = _presets_in(builtin_presets_dir())
+    entries = []
+    for name, path in available_presets().items():
+        user = path != shipped.get(name)
+        entries.append(PresetEntry(name, path, user, shipped.get(name) if user else None))
+    return entries
 
 
 def resolve_preset(name_or_path: str) -> Preset:

@@ -549,3 +549,71 @@ def test_resolve_by_path(tmp_path, monkeypatch):
     # an existing file without a YAML suffix is a path too
     plain = write(tmp_path, "plainfile", "name: plain\nstrategy: none\ntarget: {model: a/b}\n")
     assert resolve_preset(str(plain)).name == "plain"
+
+
+# --------------------------------------------------------------------------- presets list / show
+
+
+def _cli(*args: str):
+    from typer.testing import CliRunner
+
+    from specli.cli import app
+
+    return CliRunner().invoke(app, ["presets", *args])
+
+
+def _row(table: str, name: str) -> list[str]:
+    """The cells of the table row whose name cell is `name` (its first line)."""
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip("│ \n").split("│")]
+        if cells and cells[0] == name:
+            return cells
+    raise AssertionError(f"no row {name!r} in:\n{table}")
+
+
+def test_list_marks_user_presets_and_the_shipped_ones_they_shadow(tmp_path, monkeypatch):
+    """Bugs caught: a user preset listed like a shipped one, a shadowing user preset not marked (or
+    marked with no shipped file), a shipped preset marked as a user one."""
+    user = tmp_path / "user"
+    write(user, "tiny.yaml", "strategy: none\ntarget: {model: a/b}\n")
+    write(user, "mine.yaml", "strategy: none\ntarget: {model: a/b}\n")
+    write(user, "broken.yaml", "target: [\n")
+    monkeypatch.setenv("SPECLI_PRESETS", str(user))
+    from specli.presets import preset_entries
+
+    entries = {e.name: e for e in preset_entries()}
+    assert (entries["tiny"].user, entries["tiny"].shadows) == (True, REPO_PRESETS / "tiny.yaml")
+    assert (entries["mine"].user, entries["mine"].shadows) == (True, None)
+    assert (entries["llama-8b-1b"].user, entries["llama-8b-1b"].shadows) == (False, None)
+    table = _cli("list")
+    assert table.exit_code == 0, table.output
+    assert _row(table.stdout, "tiny")[1:3] == ["user (shadows shipped)", "none"]
+    assert _row(table.stdout, "mine")[1] == "user"
+    assert _row(table.stdout, "broken")[1:3] == ["user", "invalid"]
+    assert _row(table.stdout, "llama-8b-1b")[1] == "shipped"
+    assert f"user presets from {user}" in " ".join(table.stdout.split())
+    data = {p["name"]: p for p in json.loads(_cli("list", "--json").stdout)}
+    assert (data["tiny"]["user"], data["tiny"]["shadows"]) == (True, str(REPO_PRESETS / "tiny.yaml"))
+    assert (data["mine"]["user"], data["mine"]["shadows"]) == (True, None)
+    assert data["broken"]["user"] is True and "error" in data["broken"]
+    assert (data["llama-8b-1b"]["user"], data["llama-8b-1b"]["shadows"]) == (False, None)
+    monkeypatch.setenv("SPECLI_PRESETS", str(tmp_path / "none"))
+    assert "user presets from" not in _cli("list").stdout
+
+
+@pytest.mark.parametrize(("name", "tokens"), [("tiny", 512), ("llama-8b-1b", 4096)])
+def test_show_names_the_context_its_estimate_plans_for(name, tokens):
+    """The embedded pair holds 512 tokens: the estimate plans 512 and says so, in text and JSON.
+    Bug caught: the label (and `estimated_memory_context`) saying 4096 whatever the estimate held."""
+    from specli import memory
+
+    preset = resolve_preset(name)
+    assert memory.preset_context(preset, memory.PLAN_CONTEXT) == tokens
+    shown = _cli("show", name)
+    assert shown.exit_code == 0, shown.output
+    assert f"KV cache for {tokens} tokens" in shown.stdout
+    data = json.loads(_cli("show", name, "--json").stdout)
+    assert data["estimated_memory_context"] == tokens
+    assert data["estimated_memory_bytes"] == memory.preset_estimate(preset, tokens)
+    listed = {p["name"]: p for p in json.loads(_cli("list", "--json").stdout)}[name]
+    assert listed["estimated_memory_context"] == tokens

@@ -15,19 +15,27 @@ from specli.cli.app import Command, presets_app
 from specli.cli.common import user_errors
 from specli.cli.options import DebugOpt, JsonOpt
 from specli.errors import SpecliError
-from specli.memory import PLAN_CONTEXT, human, preset_estimate
-from specli.presets import available_presets, load_preset_file, preset_to_dict, resolve_preset
+from specli.memory import PLAN_CONTEXT, human, preset_context, preset_estimate
+from specli.presets import PresetEntry, load_preset_file, preset_entries, preset_to_dict, resolve_preset
 
 
-def _preset_row(name: str, path: Any) -> list[str]:
+def _origin(entry: PresetEntry) -> str:
+    """Where a listed preset comes from: shipped, or a user one (with the shipped one it shadows)."""
+    if not entry.user:
+        return "shipped"
+    return "user (shadows shipped)" if entry.shadows is not None else "user"
 
+
+def _preset_row(entry: PresetEntry) -> list[str]:
+    name, origin = escape(entry.name), escape(_origin(entry))
     try:
-        p = load_preset_file(path)
+        p = load_preset_file(entry.path)
     except SpecliError as e:
-        return [name, "[red]invalid[/]", escape(str(e).splitlines()[0]), "", "", ""]
+        return [name, origin, "[red]invalid[/]", escape(str(e).splitlines()[0]), "", "", ""]
 
     return [
         name,
+        origin,
         p.strategy,
         p.target.model,
         _drafter_label(p),
@@ -49,7 +57,7 @@ def _preset_json(preset: Any) -> dict[str, Any]:
 
     data = preset_to_dict(preset)
     data["estimated_memory_bytes"] = preset_estimate(preset, PLAN_CONTEXT)
-    data["estimated_memory_context"] = PLAN_CONTEXT
+    data["estimated_memory_context"] = preset_context(preset, PLAN_CONTEXT)  # what the estimate holds
     return data
 
 
@@ -58,7 +66,8 @@ def _memory_line(preset: Any) -> str:
     total = preset_estimate(preset, PLAN_CONTEXT)
     if total is None:
         return "estimated memory: unknown until the model's config is available (local folder or cache)"
-    return f"estimated memory: {human(total)} (weights, KV cache for {PLAN_CONTEXT} tokens, 10% workspace)"
+    tokens = preset_context(preset, PLAN_CONTEXT)  # a model with a shorter context holds fewer
+    return f"estimated memory: {human(total)} (weights, KV cache for {tokens} tokens, 10% workspace)"
 
 
 @presets_app.command("list", cls=Command)
@@ -66,24 +75,35 @@ def presets_list(as_json: JsonOpt = False, debug: DebugOpt = False) -> None:
     """List the presets: built-in ones and yours ($SPECLI_PRESETS, ~/.config/specli/presets)."""
 
     with user_errors(debug):
-        found = available_presets()
+        found = preset_entries()
         if as_json:
             out = []
-            for name, path in found.items():
+            for entry in found:
+                origin = {"user": entry.user, "shadows": str(entry.shadows) if entry.shadows else None}
                 try:
-                    out.append(_preset_json(load_preset_file(path)))
+                    out.append(_preset_json(load_preset_file(entry.path)) | origin)
                 except SpecliError as e:
-                    out.append({"name": name, "source": str(path), "error": str(e)})
+                    out.append({"name": entry.name, "source": str(entry.path), "error": str(e)} | origin)
             typer.echo(json.dumps(out, indent=2))
             return
-        table = Table("name", "strategy", "target", "drafter", "quant", "memory", title="specli presets")
+        columns = ("name", "from", "strategy", "target", "drafter", "quant", "memory")
+        table = Table(*columns, title="specli presets", caption=_user_caption(found))
         for column in table.columns:
             column.overflow = "fold"
         table.columns[0].no_wrap = True
-        for name, path in found.items():
-            table.add_row(*_preset_row(name, path))
+        for entry in found:
+            table.add_row(*_preset_row(entry))
         out = Console()
         (out if out.is_terminal else Console(width=150)).print(table)
+
+
+def _user_caption(entries: list[PresetEntry]) -> str | None:
+    """The folders the user presets came from (None without any), and what shadowing means."""
+    folders = list(dict.fromkeys(str(e.path.parent) for e in entries if e.user))
+    if not folders:
+        return None
+    shadow = "; a user preset replaces the shipped one of its name" if any(e.shadows for e in entries) else ""
+    return escape(f"user presets from {', '.join(folders)}{shadow}")
 
 
 @presets_app.command("show", cls=Command)
