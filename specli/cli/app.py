@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from typer.core import TyperCommand, TyperGroup
 
 from specli import __version__
+from specli.cli.common import stderr_console
 
 
 def _flags_without_metavar(params: list) -> list:
@@ -26,10 +29,38 @@ class Command(TyperCommand):
 
 
 class Group(TyperGroup):
-    """A command group whose --help shows no value for flags."""
+    """A command group whose --help shows no value for flags, and whose usage errors (a missing argument,
+    an unknown option, a value out of an option's range) are one or two plain lines on stderr, exit 2,
+    as specli's own are (typer draws them in a Rich box)."""
 
     def get_params(self, ctx):  # type: ignore[no-untyped-def]
         return _flags_without_metavar(super().get_params(ctx))
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # type: ignore[no-untyped-def]
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:  # not standalone: click's exceptions come here instead of typer's Rich panel
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except typer.TyperException as e:  # click's ClickException (UsageError, BadParameter, ...)
+            show_click_error(e)
+            sys.exit(e.exit_code)
+        except typer.Abort:  # end of input at a prompt
+            stderr_console().print("aborted.", markup=False)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)  # typer returns Exit's code when not standalone
+
+
+def show_click_error(e: Exception) -> None:
+    """click's error as one plain line naming the problem (whitespace folded) and one pointing to --help;
+    nothing for a bare `specli` (its help was printed already)."""
+    if type(e).__name__ == "NoArgsIsHelpError":
+        return
+    message = " ".join(e.format_message().split()) if hasattr(e, "format_message") else str(e)
+    console = stderr_console()
+    console.print(f"[bold red]error:[/] {escape(message[:1].lower() + message[1:])}", highlight=False)
+    ctx = getattr(e, "ctx", None)
+    if ctx is not None:
+        console.print(f"Run '{ctx.command_path} --help' for its options.", markup=False)
 
 
 app = typer.Typer(

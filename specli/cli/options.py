@@ -5,19 +5,22 @@ and the groups they are gathered into (`ModelOptions`: which models and how to l
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from specli.errors import SpecliError, UsageError
-from specli.presets import resolve_preset
+from specli.errors import ModelNotFoundError, SpecliError, UsageError
+from specli.model_dirs import EMBEDDED_PREFIX, config_max_positions, embedded_model, read_config
+from specli.presets import Preset, resolve_preset
 from specli.prompt_input import check_text
-from specli.settings import Settings, resolve_settings
-from specli.threads import AUTO
+from specli.settings import STRATEGIES, Settings, resolve_settings
+from specli.threads import AUTO, parse_threads
 
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show full tracebacks on errors.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")]
@@ -219,3 +222,121 @@ class GenerationOptions:
         """Stop strings given as arguments must be UTF-8 (argv's undecodable bytes arrive as surrogates)."""
         for stop in self.stop or ():
             check_text(stop, "--stop")
+
+
+# --------------------------------------------------------------------------- checks before torch loads
+
+DEFAULT_PRESET = "tiny"  # what specli.load uses when neither a preset nor a target is named
+DEVICE_FORM = re.compile(r"auto|cpu|cuda(:\d+)?")
+DTYPE_NAMES = ("auto", "float32", "fp32", "float16", "fp16", "half", "bfloat16", "bf16")  # loading.DTYPES
+QUANT_NAMES = ("none", "8bit", "4bit")  # loading.QUANT_MODES
+
+
+def check_before_loading(models: ModelOptions, options: GenerationOptions | None = None) -> Settings:
+    """Every check of the common model options that needs no model, run before torch or transformers is
+    imported (importing them takes 5-9 s): a usage error comes at once. Any command that loads a model
+    calls it first (`load_pair` does); it imports neither torch nor transformers.
+
+    Checks, each a UsageError (exit 2) in one or two lines: the strategy (and `also`; a typo gets "Did you
+    mean"), the form of --device (whether CUDA exists needs torch: loading says), --dtype, --quant,
+    --threads, the stop strings' encoding, the preset and every setting's range (`resolve_settings`), a
+    local model folder or embedded:NAME that does not exist, and -k against the context a local model's
+    config.json declares (the target's, and the drafter's for strategy draft). Hub ids are not looked
+    up: loading checks them. Returns the settings resolved from the preset and `options` (before the
+    loaded model completes them: `Pair.settings`)."""
+    options = options or GenerationOptions()
+    for strategy in (models.strategy, *models.also):
+        if strategy is not None:
+            check_strategy_name(strategy)
+    check_device_dtype_quant(models.device, models.dtype, models.quant)
+    parse_threads(models.threads)
+    options.check_text()
+    preset = _preset(models)
+    settings = resolve_settings(preset, strategy=models.strategy, **options.overrides())
+    strategies = _strategies(models, preset)
+    target = models.target or (preset.target.model if preset else None)
+    preset_draft = preset.draft.model if preset and preset.draft else None
+    head = models.draft if "eagle" in strategies else None  # with eagle, --draft names the head
+    drafter = preset_draft if head else models.draft or preset_draft
+    for name, used in ((target, True), (head, True), (drafter, "draft" in strategies)):
+        if name is not None and used:
+            local_model_folder(name)
+    if options.num_draft_tokens is not None or models.draft is None:  # else a parallel drafter picks its k
+        for strategy in strategies:
+            k = resolve_settings(preset, strategy=strategy, **options.overrides()).num_draft_tokens
+            _check_context(k, strategy, target, drafter)
+    return settings
+
+
+def check_strategy_name(strategy: str) -> str:
+    """A strategy name, or a UsageError listing them (with the nearest for a typo: 'eagel')."""
+    if strategy in STRATEGIES:
+        return strategy
+    close = difflib.get_close_matches(strategy, STRATEGIES, n=1)
+    guess = f" Did you mean '{close[0]}'?" if close else ""
+    raise UsageError(f"unknown strategy '{strategy}'.{guess}", f"Use one of: {', '.join(STRATEGIES)}.")
+
+
+def check_device_dtype_quant(device: str, dtype: str | None, quant: str | None) -> None:
+    """The spelling of --device, --dtype and --quant (what they mean on this machine needs torch)."""
+    if not DEVICE_FORM.fullmatch(device.strip().lower()):
+        raise UsageError(f"unknown device '{device}'.", "Use one of: auto, cpu, cuda, cuda:N.")
+    if dtype is not None and dtype.strip().lower() not in DTYPE_NAMES:
+        raise UsageError(f"unknown dtype '{dtype}'.", "Use one of: auto, float32, float16, bfloat16.")
+    if quant is not None and quant not in QUANT_NAMES:
+        raise UsageError(f"unknown quantization '{quant}'.", f"Use one of: {', '.join(QUANT_NAMES)}.")
+
+
+def local_model_folder(name: str) -> Path | None:
+    """The folder a model name points to on this machine (embedded:NAME or an existing folder), None for
+    a hub id; ModelNotFoundError for an embedded name, a path or a file that is no model folder (the
+    rule `loading.resolve_source` applies)."""
+    if name.startswith(EMBEDDED_PREFIX):
+        return embedded_model(name[len(EMBEDDED_PREFIX) :])
+    path = Path(os.path.expanduser(name))
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise ModelNotFoundError(
+            f"'{name}' is a file, not a model folder",
+            "pass the folder that holds config.json and the weights",
+        )
+    if os.path.isabs(name) or name.startswith((".", "~")) or name.count(os.sep) > 1 or "\\" in name:
+        raise ModelNotFoundError(
+            f"model folder '{name}' does not exist", "check the path, or pass a hub id like 'org/name'"
+        )
+    return None
+
+
+def _preset(models: ModelOptions) -> Preset | None:
+    """The preset `specli.load` will use (api.preset_for): the named one, else tiny without a target."""
+    name = models.preset if models.preset is not None or models.target is not None else DEFAULT_PRESET
+    return resolve_preset(name) if name else None
+
+
+def _strategies(models: ModelOptions, preset: Preset | None) -> list[str]:
+    """The strategies the pair will run (api._sources): those named, else the preset's, else draft when a
+    drafter is named and plain decoding when not."""
+    named = [s for s in (models.strategy, *models.also) if s]
+    if named:
+        return named
+    if preset is not None:
+        return [preset.strategy]
+    return ["draft" if models.draft else "none"]
+
+
+def _check_context(k: int, strategy: str, target: str | None, draft: str | None) -> None:
+    """-k against the context of each local model the strategy verifies or drafts with (Pair's own check:
+    a round verifies the last token and k drafts after at least one prompt token, so k <= context - 2)."""
+    if strategy == "none":
+        return
+    names = [target] + ([draft] if strategy == "draft" else [])
+    for name in names:
+        folder = local_model_folder(name) if name else None
+        config = read_config(folder) if folder is not None else None
+        limit = config_max_positions(config) if config is not None else None
+        if limit is not None and k > limit - 2:
+            raise UsageError(
+                f"num-draft-tokens {k} does not fit the context of '{name}' ({limit} tokens).",
+                f"Pick -k {max(1, limit - 2)} or less.",
+            )

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from specli.cli.common import quiet_transformers, stderr_console
-from specli.cli.options import GenerationOptions, ModelOptions
+from specli.cli.options import GenerationOptions, ModelOptions, check_before_loading
 from specli.prompt_input import read_prompt
 from specli.render.progress import loading_progress
-from specli.settings import Settings, resolve_settings
+from specli.settings import Settings
 from specli.threads import parse_threads
 
 if TYPE_CHECKING:
@@ -47,15 +47,14 @@ def load_pair(
 ) -> tuple[Pair, Settings]:
     """Resolve the preset and the settings first (a typo fails before any model loads), load with a
     spinner, then the settings again as the loaded pair completes them (exit layer, drafter)."""
+    resolved = check_before_loading(models, options)  # before torch: a usage error comes at once
     threads = parse_threads(models.threads)
-    options.check_text()
+    if note_greedy:
+        greedy_note(options, resolved)
     from specli.api import check_model_options, load, preset_for
 
     strategies = [s for s in (models.strategy, *models.also) if s]
     preset = preset_for(models.preset, target=models.target, draft=models.draft, strategy=strategies or None)
-    resolved = resolve_settings(preset, strategy=models.strategy, **options.overrides())
-    if note_greedy:
-        greedy_note(options, resolved)
     check_model_options(device=models.device, dtype=models.dtype, quant=models.quant)
     quiet_transformers()
     with loading_progress(stderr_console(no_color), announce=announce) as download_bars:
