@@ -423,6 +423,21 @@ def test_parse_sweep():
             parse_sweep(bad)
 
 
+@pytest.mark.parametrize(
+    ("text", "named"), [("0,2,4", "k 0 is"), ("0-3", "k 0 is"), ("-1,0,2", "k -1, 0 are"), ("0", "k 0 is")]
+)
+def test_sweep_k_names_the_k_out_of_range(text, named):
+    """Bug caught (issue 28 #16): '--sweep-k 0,2,4 names no k >= 1', which it does (2 and 4)."""
+    from specli.cli import parse_sweep
+
+    with pytest.raises(UsageError) as info:
+        parse_sweep(text)
+    assert info.value.message == f"--sweep-k '{text}': {named} out of range."
+    assert "from 1 to" in (info.value.hint or "")
+    result = CliRunner().invoke(app, ["bench", "--sweep-k", text])
+    assert result.exit_code == 2 and f"{named} out of range" in result.stderr
+
+
 def test_sweep_runs_every_strategy_at_each_k(tiny_pair, tmp_path):
     """--sweep-k 1,3: draft and lookup at k=1 and k=3 beside one plain baseline; every greedy run equals
     plain decoding; the sweep table lines up draft time per round against k and α by depth."""

@@ -309,7 +309,7 @@ def parse_sweep(text: str) -> tuple[int, ...]:
     """'2-8' -> (2, 3, ..., 8); '2,4,8' -> (2, 4, 8); each k in 1..MAX_DRAFT_TOKENS. UsageError otherwise."""
     fix = f"Give a range like 2-8 or a list like 2,4,8 (k from 1 to {MAX_DRAFT_TOKENS})."
     try:
-        if "-" in text:
+        if "-" in text and "," not in text:  # a list may name negative k: "-1,2" is a list
             low, high = (int(part) for part in text.split("-"))
             if low > high:
                 raise UsageError(
@@ -321,8 +321,12 @@ def parse_sweep(text: str) -> tuple[int, ...]:
             ks = tuple(int(part) for part in text.split(","))
     except ValueError:
         raise UsageError(f"--sweep-k '{text}' is not a range or a list of numbers.", fix) from None
-    if not ks or min(ks) < 1:
-        raise UsageError(f"--sweep-k '{text}' names no k >= 1.", fix)
+    low_ks = sorted({k for k in ks if k < 1})
+    if low_ks:
+        named = ", ".join(str(k) for k in low_ks)
+        raise UsageError(
+            f"--sweep-k '{text}': k {named} {'is' if len(low_ks) == 1 else 'are'} out of range.", fix
+        )
     if max(ks) > MAX_DRAFT_TOKENS:
         raise UsageError(f"--sweep-k '{text}' goes past the largest k, {MAX_DRAFT_TOKENS}.", fix)
     return tuple(sorted(set(ks)))
