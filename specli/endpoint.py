@@ -511,7 +511,7 @@ class Client:
             return
         if status in (401, 403):
             fix = (
-                "the API key given was refused"
+                "the API key given was refused: check --api-key (or SPECLI_API_KEY)"
                 if self.endpoint.api_key
                 else "the server wants an API key: give --api-key KEY (or set SPECLI_API_KEY)"
             )

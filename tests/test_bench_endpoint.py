@@ -135,6 +135,19 @@ def test_counter_growth_between_two_reads():
     assert (first.drafts, first.accepted_per_position) == (3, (2, 1))
 
 
+def test_a_counter_that_did_not_grow_is_zero_and_only_an_absent_one_is_unknown():
+    """Issue 28 #36. Bug caught: a counter present before and after a request but unchanged (the request
+    drafted nothing) taken as absent (None: "not reported") instead of 0."""
+    seen = e.prometheus_counts(VLLM)
+    still = seen.since(seen)
+    assert (still.drafts, still.draft_tokens, still.accepted_tokens) == (0, 0, 0)
+    assert still.accepted_per_position == (0, 0, 0, 0) and still.reported
+    absent = e.SpecCounts().since(e.SpecCounts())  # no counter either time: unknown, not 0
+    assert absent == e.SpecCounts() and not absent.reported
+    gone = e.SpecCounts(accepted_tokens=3).since(e.SpecCounts(drafts=2, accepted_tokens=3))
+    assert (gone.drafts, gone.accepted_tokens) == (None, 0)  # gone since: unknown; still there: 0
+
+
 def test_counts_add_and_fill():
     a = e.SpecCounts(drafts=2, draft_tokens=8, accepted_per_position=(2, 1), sources=("spec_decode",))
     b_ = e.SpecCounts(drafts=1, accepted_tokens=3, accepted_per_position=(1, 1, 1))
@@ -297,6 +310,7 @@ class Fake:
     hang: threading.Event | None = None  # completions wait for it (a silent server)
     usage: bool = True
     lag: bool = True  # count a request only once /metrics was read after it (servers count late)
+    flat: bool = False  # "vllm": its counters never move (every request drafted nothing)
     completions: int = 0
     metrics_read: threading.Event = field(default_factory=threading.Event)
     bodies: list[dict] = field(default_factory=list)
@@ -305,11 +319,14 @@ class Fake:
     def metrics(self) -> str:
         if self.flavour != "vllm":
             return "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0\n"
-        per_engine = [(self.completions + 1 - i) // 2 for i in (0, 1)]  # requests alternate engines
+        done = 3 if self.flat else self.completions  # flat: as after 3 requests, ever after
+        per_engine = [(done + 1 - i) // 2 for i in (0, 1)]  # requests alternate engines
         lines = []
         for name, each in (("drafts", 2), ("draft_tokens", 8), ("accepted_tokens", 5), ("generation", 6)):
             for engine, n in enumerate(per_engine):
                 counter = "generation_tokens" if name == "generation" else f"spec_decode_num_{name}"
+                if name == "generation" and self.flat:  # the tokens it generated are still counted
+                    n = self.completions
                 lines.append(f'vllm:{counter}_total{{engine="{engine}"}} {n * each}')
         for position, each in enumerate((2, 2, 1, 0)):
             for engine, n in enumerate(per_engine):
@@ -485,6 +502,41 @@ def test_speculation_from_responses_or_not_reported(serve_fake, prompts_file, tm
         assert "not reported" not in stdout
 
 
+def test_counters_that_never_move_give_zero_not_not_reported(serve_fake, prompts_file, tmp_path):
+    """Issue 28 #36, the whole path: a server whose spec_decode counters stay put (nothing drafted) gives
+    rows of 0 drafts, 0 draft tokens, 0 accepted, from /metrics, and the table prints 0, never "not
+    reported". Bug caught: a zero growth read as an absent counter."""
+    out = tmp_path / "run.json"
+    url = serve_fake(Fake(flat=True))
+    code, stdout, stderr = bench(
+        "--endpoint", f"x={url}", "--prompts", str(prompts_file), "--warmup", "1", "--json", str(out),
+    )  # fmt: skip
+    assert code == 0, stderr
+    data = json.loads(out.read_text())
+    for category in ("completion", "editing", "overall"):
+        row = data["summary"][category]["x"]
+        assert (row["drafts"], row["draft_tokens"], row["accepted_tokens"]) == (0, 0, 0), category
+        assert row["accepted_per_position"] == [0, 0, 0, 0] and row["speculation"] == "/metrics vllm:"
+        assert row["acceptance_rate"] is None and row["acceptance_length"] is None  # 0 / 0: no figure
+    assert all(r["speculation_metrics"]["drafts"] == 0 for r in data["endpoint_runs"])
+    assert "not reported" not in stdout
+
+
+def test_a_refused_key_is_one_line_exit_1_and_no_report(serve_fake, prompts_file, tmp_path):
+    """Issue 28 #22. Bugs caught: the 401 printed twice (stderr, then the report), an empty report's
+    footer printed after it, exit 0."""
+    url = serve_fake(Fake(status=401))
+    out = tmp_path / "run.json"
+    code, stdout, stderr = bench(
+        "--endpoint", url, "--api-key", "wrong", "--prompts", str(prompts_file), "--json", str(out)
+    )
+    assert code == 1
+    lines = [line for line in stderr.replace("\n", " ").split("error:") if line.strip()]
+    assert len(lines) == 1 and "401" in lines[0] and "API key given was refused" in lines[0], stderr
+    assert stderr.startswith("error: endpoint ") and stderr.count("401") == 1
+    assert stdout == "" and not out.exists()  # no report: nothing ran
+
+
 def test_failing_endpoints_are_one_line_each_and_the_rest_runs(serve_fake, prompts_file, tmp_path):
     """A refused key, a page that is not the API, a server that never answers a completion, and a
     closed port: one line each on stderr and in the report's errors, exit 1, and the healthy endpoint's
@@ -513,6 +565,9 @@ def test_failing_endpoints_are_one_line_each_and_the_rest_runs(serve_fake, promp
     for line in errors:
         assert f"error: {line}" in stderr.replace("\n", " ") or f"error: {line}" in stderr
     assert data["endpoints"]["silent"]["error"] == by_label["silent"]
+    flat = " ".join(stdout.split())
+    assert "401" not in flat and "cannot connect" not in flat  # each error printed once: on stderr
+    assert f"locked: {locked} · failed, no row" in flat and "good: " in flat
 
 
 def test_api_key_is_sent_and_a_stream_without_usage_fails(serve_fake, prompts_file):

@@ -166,6 +166,9 @@ def bench(
             b.check_packaged_categories(category)
         err = stderr_console()
         runners = _start_endpoints(endpoints, timeout, err.print)
+        if not local and all(r.error is not None for r in runners):
+            _close(runners)  # each failure is on stderr, once; nothing else runs: no report to print
+            raise typer.Exit(1)
         if local:
             models = ModelOptions(
                 preset=preset, target=target, draft=draft,
@@ -217,8 +220,9 @@ def bench(
             )  # transformers' runs and the servers' interleaved with specli's: drift hits all alike
             for runner in live if concurrency > 1 else []:
                 runner.run_concurrently([p for p, _ in encoded], concurrency, counted)
-        for runner in runners:
-            runner.close()
+        _close(runners)
+        if not local and all(r.error is not None for r in runners):
+            raise typer.Exit(1)  # every server failed mid-run (each told on stderr): nothing to report
         env = _environment(b, pair, dtype, quant, threads)
         served = None
         if runners:
@@ -229,7 +233,7 @@ def bench(
         out = Console(highlight=False)
         if not out.is_terminal:
             out = Console(highlight=False, width=150)
-        out.print(bench_view(result))
+        out.print(bench_view(result, told=[r.error for r in runners if r.error is not None]))
         if json_file:
             Path(json_file).write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
         if result["errors"]:
@@ -290,6 +294,11 @@ def _start_endpoints(
         runner.start()
         runners.append(runner)
     return runners
+
+
+def _close(runners: list[EndpointRunner]) -> None:
+    for runner in runners:
+        runner.close()
 
 
 def _environment(b: Any, pair: Any, dtype: str | None, quant: str | None, threads: str) -> dict[str, Any]:

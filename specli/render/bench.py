@@ -4,6 +4,7 @@ per category that puts every row side by side in the serving metrics they share 
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from rich.console import Group
@@ -240,9 +241,9 @@ def local_footer(s: dict[str, Any], env: dict[str, Any]) -> str:
     )
 
 
-def served_footer(report: dict[str, Any], local: bool) -> str:
-    """The servers' settings (when no local run states them), each endpoint, and what the side-by-side
-    columns mean."""
+def served_footer(report: dict[str, Any], local: bool, told: Collection[str] = ()) -> str:
+    """The servers' settings (when no local run states them), each endpoint (one whose error is in
+    `told`, printed as it happened, as failed with no row), and what the side-by-side columns mean."""
     s = report["settings"]
     lines = []
     if not local:
@@ -254,6 +255,8 @@ def served_footer(report: dict[str, Any], local: bool) -> str:
     overall = report["summary"].get("overall", {})
     for label, e in report.get("endpoints", {}).items():
         if e.get("error"):
+            if e["error"] in told:  # not repeated: the line above says why
+                lines.append(f"{label}: {e['url']} · failed, no row (its error is above)")
             continue
         speculation = overall.get(label, {}).get("speculation", NOT_REPORTED)
         source = "speculation " + (speculation if speculation == NOT_REPORTED else f"from {speculation}")
@@ -268,9 +271,10 @@ def served_footer(report: dict[str, Any], local: bool) -> str:
     return "\n".join(lines)
 
 
-def bench_view(report: dict[str, Any]) -> Group:
+def bench_view(report: dict[str, Any], told: Collection[str] = ()) -> Group:
     """All tables: each category's local rows, overall last, then (with servers) every row side by side
-    per category, then transformers and any errors (identity, unreachable servers)."""
+    per category, then transformers and any errors (identity, unreachable servers) but those in `told`
+    (already printed when they happened: each error is printed once)."""
     parts: list[Any] = []
     summary = report["summary"]
     served = any(is_endpoint(m) for per in summary.values() for m in per.values())
@@ -287,7 +291,7 @@ def bench_view(report: dict[str, Any]) -> Group:
         for category, metrics in summary.items():
             parts.append(serving_table(category, metrics, f"{category}: side by side" if local else category))
     if served or report.get("endpoints"):
-        parts.append(Text(served_footer(report, local), style="dim"))
+        parts.append(Text(served_footer(report, local, told), style="dim"))
     if report.get("transformers"):
         best: dict[str, float] = {}  # each strategy's fastest variant (its best k in a sweep)
         for m in summary.get("overall", {}).values():
@@ -305,5 +309,6 @@ def bench_view(report: dict[str, Any]) -> Group:
             )
         )
     for error in report.get("errors", []):
-        parts.append(Text(f"error: {error}", style="bold red"))
+        if error not in told:
+            parts.append(Text(f"error: {error}", style="bold red"))
     return Group(*parts)
