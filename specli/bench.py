@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from specli import __version__
 from specli.errors import UsageError
 from specli.events import Stats
+from specli.prompt_input import record_prompt
 from specli.render.words import count
 
 if TYPE_CHECKING:
@@ -200,11 +201,12 @@ def read_prompts(path: Path) -> list[BenchPrompt]:
             continue
         try:
             row = json.loads(line)
-            text = row["turns"][0] if "turns" in row else row.get("prompt", row.get("text"))
-            if not isinstance(text, str) or not text:
-                raise ValueError("no 'turns', 'prompt' or 'text' string")
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
-            raise UsageError(f"{path}:{number}: not a prompt record ({e}).") from None
+        except ValueError as e:
+            raise UsageError(f"{path}:{number}: not JSON ({e}).") from None
+        try:
+            text = record_prompt(row)
+        except ValueError as e:
+            raise UsageError(f"{path}:{number}: {e}.", 'e.g. {"prompt": "def f(x):"}') from None
         ident = str(row.get("question_id", row.get("id", number)))
         prompts.append(BenchPrompt(ident, str(row.get("category", "default")), text))
     if not prompts:

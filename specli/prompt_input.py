@@ -1,6 +1,6 @@
-"""What the command line reads from the user besides options: the prompt text (an argument or stdin,
-which must be UTF-8) and, for `explain --step`, the keys between rounds (from the terminal, never from a
-stdin that held the prompt).
+"""What the command line reads from the user besides options: the prompt text (an argument, stdin or a
+file, which must be UTF-8), the prompts of a JSONL prompt file's records and, for `explain --step`, the
+keys between rounds (from the terminal, never from a stdin that held the prompt).
 
 No torch here: everything in this module runs before any model loads, so bad input fails at once.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import IO, Any
 
 from specli.errors import UsageError
@@ -53,6 +54,66 @@ def read_prompt(prompt: str, stdin: IO[str] | None = None) -> str:
     raw = getattr(stdin, "buffer", None)
     text = decode_prompt(raw.read()) if raw is not None else check_text(stdin.read(), "the prompt on stdin")
     return text[:-1] if text.endswith("\n") else text
+
+
+def read_prompt_file(path: str, stdin: IO[str] | None = None) -> str:
+    """`--prompt-file PATH`: the file's text, strictly UTF-8 (a leading byte-order mark dropped), and like
+    stdin one trailing newline (an editor's) dropped; '-' reads stdin. UsageError when it cannot be read
+    or holds no text."""
+    if path == "-":
+        return read_prompt("-", stdin)
+    shown = check_text(path, "the --prompt-file path")
+    try:
+        data = Path(path).expanduser().read_bytes()
+    except OSError as e:
+        raise UsageError(
+            f"cannot read the prompt file '{shown}': {e.strerror or e}.",
+            "Give --prompt-file a readable text file, or the prompt itself as the argument.",
+        ) from None
+    text = decode_prompt(data.removeprefix(b"\xef\xbb\xbf"), f"the prompt file '{shown}'")
+    text = text[:-1] if text.endswith("\n") else text
+    if not text:
+        raise UsageError(f"the prompt file '{shown}' is empty.", "Write the prompt into it first.")
+    return text
+
+
+def prompt_text(prompt: str | None, prompt_file: str | None, stdin: IO[str] | None = None) -> str:
+    """The prompt a command runs on: the PROMPT argument ('-': stdin) or --prompt-file, exactly one of
+    them (UsageError for neither or both)."""
+    if prompt is not None and prompt_file is not None:
+        raise UsageError(
+            "the prompt is given twice: as an argument and with --prompt-file.", "Give one of them."
+        )
+    if prompt_file is not None:
+        return read_prompt_file(prompt_file, stdin)
+    if prompt is None:
+        raise UsageError(
+            "no prompt given.", "Give it as the argument, '-' to read it from stdin, or --prompt-file FILE."
+        )
+    return read_prompt(prompt, stdin)
+
+
+def record_prompt(row: Any) -> str:
+    """The prompt of one JSONL prompt record: Spec-Bench's {"turns": [first, ...]} (the first turn), or
+    {"prompt": ...} / {"text": ...}. ValueError saying what is wrong: not an object, none of the fields,
+    an empty 'turns', a prompt that is not a string or is empty."""
+    if not isinstance(row, dict):
+        raise ValueError(f"a prompt record is a JSON object, not {type(row).__name__}")
+    if "turns" in row:
+        turns, field = row["turns"], "the first of 'turns'"
+        if not isinstance(turns, list) or not turns:
+            raise ValueError("'turns' is empty: it needs the prompt as its first turn")
+        text = turns[0]
+    elif "prompt" in row or "text" in row:
+        field = "'prompt'" if "prompt" in row else "'text'"
+        text = row.get("prompt", row.get("text"))
+    else:
+        raise ValueError("a prompt record needs 'turns', 'prompt' or 'text'")
+    if not isinstance(text, str):
+        raise ValueError(f"{field} must be a string, not {type(text).__name__}")
+    if not text:
+        raise ValueError(f"the prompt ({field}) is empty")
+    return text
 
 
 class StepKeys:

@@ -33,6 +33,8 @@ from specli.cli.options import (
     NgramMinOpt,
     NoColorOpt,
     PresetOpt,
+    PromptArg,
+    PromptFileOpt,
     QuantOpt,
     SaveOpt,
     SeedOpt,
@@ -47,7 +49,7 @@ from specli.cli.options import (
     check_save,
 )
 from specli.cli.run import compile_words, prepare_rounds, save_view
-from specli.prompt_input import StepKeys
+from specli.prompt_input import StepKeys, prompt_text
 from specli.render.explain import ExplainView
 from specli.threads import AUTO
 
@@ -73,7 +75,8 @@ def _step_keys(step: bool, prompt_on_stdin: bool) -> Iterator[StepKeys | None]:
     "  specli explain 'for i in range(10):' --strategy lookup --pace 0 --save rounds.svg",
 )
 def explain(
-    prompt: Annotated[str, typer.Argument(help="The prompt text; '-' reads it from stdin.")],
+    prompt: PromptArg = None,
+    prompt_file: PromptFileOpt = None,
     preset: PresetOpt = None,
     target: TargetOpt = None,
     draft: DraftOpt = None,
@@ -127,9 +130,11 @@ def explain(
         ngram_min=ngram_min, ngram_max=ngram_max, fixed_k=fixed_k or None,
         draft_p_min=draft_p_min,
     )  # fmt: skip
-    with user_errors(debug), _step_keys(step, prompt_on_stdin=prompt == "-") as keys:
+    on_stdin = "-" in (prompt, prompt_file)
+    with user_errors(debug), _step_keys(step, prompt_on_stdin=on_stdin) as keys:
         check_save(save)
-        run = prepare_rounds(prompt, models, options, record_top=top, no_color=no_color)
+        text = prompt_text(prompt, prompt_file)
+        run = prepare_rounds(text, models, options, record_top=top, no_color=no_color)
         pair, settings, ids, text, rounds = run.pair, run.settings, run.ids, run.text, run.rounds
         if run.compile_time is not None:  # before the rounds, never inside their times
             stderr_console().print(f"note: {compile_words(run.compile_time)}", markup=False)

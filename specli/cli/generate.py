@@ -34,6 +34,8 @@ from specli.cli.options import (
     NgramMinOpt,
     NoColorOpt,
     PresetOpt,
+    PromptArg,
+    PromptFileOpt,
     QuantOpt,
     SaveOpt,
     SeedOpt,
@@ -50,6 +52,7 @@ from specli.cli.options import (
 from specli.cli.run import compile_words, prepare_rounds, save_view
 from specli.errors import UsageError
 from specli.events import Stats
+from specli.prompt_input import prompt_text
 from specli.render.live import LiveView, TokenView
 from specli.render.plain import PlainWriter, summary_line
 from specli.threads import AUTO
@@ -66,7 +69,8 @@ from specli.threads import AUTO
     "      --temperature 0.7 --seed 1 --json",
 )
 def generate(
-    prompt: Annotated[str, typer.Argument(help="The prompt text; '-' reads it from stdin.")],
+    prompt: PromptArg = None,
+    prompt_file: PromptFileOpt = None,
     preset: PresetOpt = None,
     target: TargetOpt = None,
     draft: DraftOpt = None,
@@ -120,7 +124,7 @@ def generate(
         if view is not None and view not in VIEWS:
             raise UsageError(f"unknown view '{view}'.", f"Use one of: {', '.join(VIEWS)}.")
         check_save(save)
-        run = prepare_rounds(prompt, models, options, no_color=no_color)
+        run = prepare_rounds(prompt_text(prompt, prompt_file), models, options, no_color=no_color)
         pair, settings, ids, text, rounds = run.pair, run.settings, run.ids, run.text, run.rounds
         from specli.api import Result
 

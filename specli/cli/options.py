@@ -22,6 +22,23 @@ from specli.prompt_input import check_text
 from specli.settings import STRATEGIES, Settings, resolve_settings
 from specli.threads import AUTO, parse_threads
 
+PromptArg = Annotated[
+    str | None,
+    typer.Argument(
+        help="The prompt text; '-' reads it from stdin (or give --prompt-file).",
+        metavar="PROMPT",
+        show_default=False,
+    ),
+]
+PromptFileOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--prompt-file",
+        help="Read the prompt from FILE instead of PROMPT (UTF-8; one trailing newline dropped, as on "
+        "stdin; '-': stdin).",
+        metavar="FILE",
+    ),
+]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show full tracebacks on errors.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")]
 

@@ -12,7 +12,6 @@ from rich.console import Console
 
 from specli.cli.common import quiet_transformers, stderr_console
 from specli.cli.options import GenerationOptions, ModelOptions, check_before_loading
-from specli.prompt_input import read_prompt
 from specli.render.progress import loading_progress
 from specli.settings import Settings
 from specli.threads import parse_threads
@@ -104,11 +103,10 @@ class Prepared:
 
 
 def prepare_rounds(
-    prompt: str, models: ModelOptions, options: GenerationOptions, record_top: int = 0, no_color: bool = False
+    text: str, models: ModelOptions, options: GenerationOptions, record_top: int = 0, no_color: bool = False
 ) -> Prepared:
-    """Read the prompt, load the pair and its settings, say once what the run will not show (notes),
-    compile (--compile) as a stage of its own, start the rounds."""
-    text = read_prompt(prompt)
+    """For the prompt `text` (as `prompt_text` read it): load the pair and its settings, say once what
+    the run will not show (notes), compile (--compile) as a stage of its own, start the rounds."""
     pair, settings = load_pair(models, options, no_color=no_color)
     ids = pair.prompt_ids(text, chat=settings.chat)
     from specli.notes import generation_notes  # imports torch: only once a command runs a model
