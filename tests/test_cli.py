@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 from specli import __version__
 from specli.cli import app
 from specli.errors import PresetError, UsageError
+from specli.memory import PLAN_CONTEXT, preset_context
 from specli.presets import available_presets, load_preset_file, preset_to_dict
 
 PROMPT = "def fibonacci(n):"
@@ -424,8 +425,12 @@ def test_presets_list_json():
     known = available_presets()
     assert [p["name"] for p in data] == list(known)
     for entry in data:
-        assert entry.pop("estimated_memory_bytes") > 0 and entry.pop("estimated_memory_context") == 4096
-        assert entry == preset_to_dict(load_preset_file(known[entry["name"]]))
+        preset = load_preset_file(known[entry["name"]])
+        assert entry.pop("estimated_memory_bytes") > 0
+        assert entry.pop("estimated_memory_context") == preset_context(preset, PLAN_CONTEXT)
+        assert (entry.pop("user"), entry.pop("shadows")) == (False, None)
+        assert entry == preset_to_dict(preset)
+    assert {e["name"]: e["estimated_memory_context"] for e in json.loads(result.stdout)}["tiny"] == 512
 
 
 def test_presets_list_shows_user_presets_and_survives_a_broken_one(tmp_path, monkeypatch):
