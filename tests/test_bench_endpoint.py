@@ -611,6 +611,19 @@ def test_endpoint_only_loads_no_model_and_no_torch(serve_fake, prompts_file):
     assert done.stdout.strip().splitlines()[-1] == "False False", done.stdout
 
 
+def test_a_missing_local_target_is_refused_before_any_server_is_asked(serve_fake, prompts_file, tmp_path):
+    """A local run beside an endpoint checks its model options first: a folder that does not exist is
+    one usage line (exit 2) and the server got no request, not even /v1/models. Catches: the endpoints
+    contacted (warm-up requests sent) before the local target is refused."""
+    fake = Fake()
+    url = serve_fake(fake)
+    missing = tmp_path / "nothere"
+    code, _, stderr = bench("--target", str(missing), "--endpoint", url, "--prompts", str(prompts_file))
+    assert code == 2, stderr
+    assert "nothere" in stderr and "Traceback" not in stderr
+    assert fake.completions == 0 and fake.headers == [] and not fake.metrics_read.is_set()
+
+
 def test_endpoint_only_refuses_local_only_options(prompts_file):
     code, _, stderr = bench("--endpoint", "http://127.0.0.1:9/v1", "--compare-hf")
     assert code == 2 and "--compare-hf" in stderr

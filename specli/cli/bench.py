@@ -37,6 +37,7 @@ from specli.cli.options import (
     TargetOpt,
     ThreadsOpt,
     TrustOpt,
+    check_before_loading,
 )
 from specli.cli.run import load_pair
 from specli.errors import UsageError
@@ -164,18 +165,20 @@ def bench(
             b.select_prompts(loaded, category or [], limit)
         elif category:  # the packaged set is chosen by the model: the category must be in one of them
             b.check_packaged_categories(category)
+        models = ModelOptions(
+            preset=preset, target=target, draft=draft,
+            strategy=strategies[0] if strategies else None, also=tuple(strategies[1:]),
+            device=device, dtype=dtype, quant=quant, allow_pickle=allow_pickle,
+            trust_remote_code=trust_remote_code, threads=threads, compile=compile, lean=lean,
+        )  # fmt: skip
+        if local:  # a missing folder or a bad -k is refused before any server is asked
+            check_before_loading(models, options)
         err = stderr_console()
         runners = _start_endpoints(endpoints, timeout, err.print)
         if not local and all(r.error is not None for r in runners):
             _close(runners)  # each failure is on stderr, once; nothing else runs: no report to print
             raise typer.Exit(1)
         if local:
-            models = ModelOptions(
-                preset=preset, target=target, draft=draft,
-                strategy=strategies[0] if strategies else None, also=tuple(strategies[1:]),
-                device=device, dtype=dtype, quant=quant, allow_pickle=allow_pickle,
-                trust_remote_code=trust_remote_code, threads=threads, compile=compile, lean=lean,
-            )  # fmt: skip
             pair, settings = load_pair(models, options, note_greedy=False, announce="bench")
             strategies = strategies or [pair.strategy]
             sweep = {"num_draft_tokens": max(ks)} if ks else {}  # the largest k fits every model's context
