@@ -745,3 +745,27 @@ def test_explain_names_the_token_a_threshold_cut_and_its_probability(pair):
         seen.add(bool(r.drafted))
         context = context + r.committed
     assert seen == {True, False}
+
+
+def test_a_lookup_round_without_a_match_says_so_in_the_title_and_the_status(pair):
+    """Catches issue 28 #24: a lookup round whose n-gram matched nothing was titled "k 16 (match) ·
+    drafted 0". Real lookup rounds on the embedded pair: each one that drafted nothing for want of a
+    match says that no n-gram matched, in the explain panel's title and the live status line; a match
+    that ran out before k says so (a made round: the embedded run has none)."""
+    rounds = list(pair.stream(PROMPT, strategy="lookup", max_new_tokens=30))
+    unmatched = [r for r in rounds if r.draft_reason == "match" and not r.drafted]
+    assert unmatched and any(r.drafted for r in rounds)
+    view = ExplainView(pair.tokenizer, "lookup", 16, greedy=True)
+    live = TokenView(pair.tokenizer, "lookup", 16, prompt=PROMPT)
+    for r in rounds:
+        title = view.panel(r).title
+        live.add(r)
+        status = recorded(live.status(), width=400).export_text()
+        if r in unmatched:
+            assert title == f"round {r.index + 1} · k {r.draft_limit}: no n-gram matched, drafted nothing"
+            assert f"k {r.draft_limit}: no n-gram matched, drafted nothing" in status, status
+        else:
+            assert title.endswith(f"drafted {len(r.drafted)} · accepted {r.accepted}"), title
+        assert "(match)" not in title and "(match)" not in status
+    ran_out = made_round([5, 6, 7], 2, 9, draft_limit=16, draft_reason="match")
+    assert view.panel(ran_out).title == "round 1 · k 16 (the match ran out) · drafted 3 · accepted 2"

@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from specli.events import Round, Stats, TokenKind, expected_acceptance_length
+from specli.render.plain import draft_words
 from specli.render.styles import KIND_STYLES, shown
 from specli.render.words import count, head_name, stop_text
 from specli.text import IncrementalDecoder
@@ -269,8 +270,7 @@ class ExplainView:
         )
         if r.stop is not None:
             parts.append(Text(stop_text(r.stop, self.stats.tokens) or "", "bold"))
-        limit = f"k {r.draft_limit} ({r.draft_reason}) · " if r.draft_reason else ""
-        title = f"round {r.index + 1} · {limit}drafted {len(r.drafted)} · accepted {r.accepted}"
+        title = f"round {r.index + 1} · {draft_words(r)}"
         return Panel(Group(*parts), title=title, title_align="left")
 
     def summary(self) -> Panel:

@@ -15,7 +15,7 @@ from rich.segment import Segment
 from rich.text import Text
 
 from specli.events import Round, Stats, TokenKind
-from specli.render.plain import strategy_label
+from specli.render.plain import draft_words, strategy_label
 from specli.render.styles import KIND_LABELS, KIND_STYLES, visible
 from specli.render.words import count, drafter_note, stop_text
 from specli.text import IncrementalDecoder, continuation_text
@@ -128,8 +128,7 @@ class TokenView:
             label += f" ({self.drafter_note})"
         parts = [label, f"round {s.rounds}"]
         if r is not None and self.strategy != "none":
-            limit = f"k {r.draft_limit} ({r.draft_reason}) " if r.draft_reason else ""
-            parts.append(f"{limit}drafted {len(r.drafted)} accepted {r.accepted}")
+            parts.append(draft_words(r, separator=" "))
         if s.drafted:
             parts.append(f"acceptance {s.acceptance_rate:.1%}")
         parts.append(f"mean acceptance length {s.mean_acceptance_length:.2f}")

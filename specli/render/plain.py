@@ -13,6 +13,18 @@ def strategy_label(strategy: str, k: int | None = None) -> str:
     return strategy + (f" k={k}" if k and strategy != "none" else "")
 
 
+def draft_words(r: Round, separator: str = " · ") -> str:
+    """What one round drafted, for the explain panel's title and the live status line: 'k 4 (cost
+    model) · drafted 3 · accepted 2' (the k the round allowed and why, when it says). A lookup round
+    whose n-gram matched nothing says so ('k 16: no n-gram matched, drafted nothing'); one whose match
+    ran out before k drafted says that ('k 16 (the match ran out) · drafted 5 · accepted 3')."""
+    if r.draft_reason == "match" and not r.drafted:
+        return f"k {r.draft_limit}: no n-gram matched, drafted nothing"
+    reason = "the match ran out" if r.draft_reason == "match" else r.draft_reason
+    limit = f"k {r.draft_limit} ({reason}){separator}" if reason else ""
+    return f"{limit}drafted {len(r.drafted)}{separator}accepted {r.accepted}"
+
+
 def summary_line(
     stats: Stats,
     strategy: str,
