@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -70,13 +70,69 @@ def check_model_options(*, device: str, dtype: str | None, quant: str | None) ->
 
 
 @dataclass
+class GenerationStats(Stats):
+    """One generation's `Stats` with the settings it ran under: `Result.stats`, and `generate --json`'s
+    "stats" (`to_dict`: the same keys either way). strategy, num_draft_tokens (the most a round drafts),
+    fixed_k and draft_p_min as resolved; mean_k: drafted tokens per round; compile_time: seconds spent
+    compiling before the rounds (None without compile); interrupted: Ctrl-C ended it (the CLI; its
+    stop_reason is then "interrupted"); notes: what the run did not show (specli.notes)."""
+
+    strategy: str = ""
+    num_draft_tokens: int = 0
+    fixed_k: bool = False
+    draft_p_min: float = 0.0
+    compile_time: float | None = None
+    interrupted: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(
+        cls, pair: Pair, settings: Settings, prompt_length: int, strategy_given: str | None, **fields: Any
+    ) -> GenerationStats:
+        """Empty stats for a generation of `pair` under `settings` (`observe` its rounds), with its notes
+        (strategy_given: the strategy the caller named, None when none); `fields`: compile_time, ..."""
+        from specli.notes import generation_notes
+
+        return cls(
+            strategy=settings.strategy,
+            num_draft_tokens=settings.num_draft_tokens,
+            fixed_k=settings.fixed_k,
+            draft_p_min=settings.draft_p_min,
+            notes=generation_notes(pair, settings, prompt_length, strategy_given),
+            **fields,
+        )
+
+    @property
+    def mean_k(self) -> float:
+        """Drafted tokens per round (each round chooses its k up to num_draft_tokens; 0.0 without rounds)."""
+        return self.drafted / self.rounds if self.rounds else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = super().to_dict()
+        data.update(
+            strategy=self.strategy,
+            num_draft_tokens=self.num_draft_tokens,
+            fixed_k=self.fixed_k,
+            draft_p_min=self.draft_p_min,
+            mean_k=self.mean_k,
+            interrupted=self.interrupted,
+            compile_time=self.compile_time,
+            notes=list(self.notes),
+        )
+        if self.interrupted:
+            data["stop_reason"] = "interrupted"
+        return data
+
+
+@dataclass
 class Result:
-    """What one generation produced: text, generated ids (prompt excluded), stats and every round."""
+    """What one generation produced: text, generated ids (prompt excluded), stats (with the settings it
+    ran under: `GenerationStats`) and every round."""
 
     text: str
     token_ids: list[int]
     prompt_token_ids: list[int]
-    stats: Stats
+    stats: GenerationStats
     rounds: list[Round]
 
     def to_dict(self) -> dict[str, Any]:
@@ -447,10 +503,15 @@ class Pair:
         record_top: int = 0,
         **overrides: Any,
     ) -> Result:
-        """Run to a stop and collect the result; takes the same arguments as `stream`."""
+        """Run to a stop and collect the result; takes the same arguments as `stream`. With compile, the
+        graphs are built first (`warm_up`), timed apart: `result.stats.compile_time`."""
         settings = self._resolve(settings, overrides)
         ids = self.prompt_ids(prompt, prompt_ids=prompt_ids, chat=settings.chat)
-        stats, rounds, tokens = Stats(), [], []
+        compile_time = self.warm_up(prompt_ids=ids, settings=settings) if self.compile else None
+        stats = GenerationStats.of(
+            self, settings, len(ids), overrides.get("strategy"), compile_time=compile_time
+        )
+        rounds, tokens = [], []
         for r in self.stream(prompt_ids=ids, settings=settings, record_top=record_top):
             stats.observe(r)
             rounds.append(r)

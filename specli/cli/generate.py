@@ -51,7 +51,6 @@ from specli.cli.options import (
 )
 from specli.cli.run import compile_words, prepare_rounds, save_view
 from specli.errors import UsageError
-from specli.events import Stats
 from specli.prompt_input import prompt_text
 from specli.render.live import LiveView, TokenView
 from specli.render.plain import PlainWriter, summary_line
@@ -126,8 +125,6 @@ def generate(
         check_save(save)
         run = prepare_rounds(prompt_text(prompt, prompt_file), models, options, no_color=no_color)
         pair, settings, ids, text, rounds = run.pair, run.settings, run.ids, run.text, run.rounds
-        from specli.api import Result
-
         k = settings.num_draft_tokens
         stdout = Console(highlight=False, no_color=no_color or None, soft_wrap=True)
         mode = "json" if as_json else view or ("live" if stdout.is_terminal else "plain")
@@ -147,26 +144,16 @@ def generate(
                         writer.round(r)
             except KeyboardInterrupt:
                 interrupted = token_view.interrupted = True  # the final frame says so
-        stats = Stats()
+        from specli.api import GenerationStats, Result
+
+        stats = GenerationStats.of(
+            pair, settings, len(ids), models.strategy, compile_time=run.compile_time, interrupted=interrupted
+        )  # the settings beside the counts: what Result.stats carries in Python
         for r in collected:
             stats.observe(r)
         tokens = [t for r in collected for t in r.committed]
         if mode == "json":
             result = Result(pair.decode(tokens), tokens, ids, stats, collected).to_dict()
-            result["stats"].update(
-                strategy=settings.strategy,
-                num_draft_tokens=k,
-                fixed_k=settings.fixed_k,
-                draft_p_min=settings.draft_p_min,
-                mean_k=stats.drafted / stats.rounds if stats.rounds else 0.0,
-                interrupted=interrupted,
-                compile_time=run.compile_time,  # seconds compiling before the rounds; None: no --compile
-            )
-            from specli.notes import generation_notes
-
-            result["stats"]["notes"] = generation_notes(pair, settings, len(ids), models.strategy)
-            if interrupted:
-                result["stats"]["stop_reason"] = "interrupted"
             typer.echo(json.dumps(result, ensure_ascii=False))
         elif mode != "live":
             if writer is None:  # --view none: the text at the end
