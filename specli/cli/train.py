@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -19,7 +19,10 @@ from specli.cli.options import (
     QuantOpt,
     ThreadsOpt,
     TrustOpt,
+    check_device_dtype_quant,
+    local_model_folder,
 )
+from specli.errors import UsageError
 from specli.threads import AUTO, parse_threads
 
 KindArg = Annotated[
@@ -51,6 +54,46 @@ def command_line(ctx: typer.Context) -> str:
         else:
             words += [param.opts[0], str(value)]
     return shlex.join(words)
+
+
+def check_before_torch(
+    kind: str,
+    given: dict[str, Any],
+    out: Path,
+    resume: bool,
+    overwrite: bool,
+    quick: bool,
+    device: str,
+    compare_with: str | None,
+    eval_prompts: str | None,
+    eval_count: int | None,
+) -> None:
+    """Every check of `specli train` that needs no model, before torch or transformers is imported (5-9 s):
+    the spelling of --device, --dtype and --quant, --out (empty, or --resume with a checkpoint, or
+    --overwrite of a `specli train` output), a new run's --target and --data (named; the recipe's values;
+    --init where the kind needs it), a local model folder or embedded:NAME that does not exist (--target,
+    --init, --compare-with), --data that names nothing, a prompts file for --eval-prompts that does not
+    exist. A resumed run's recipe is in its checkpoint: command.check judges it."""
+    from specli.training import data, outdir
+    from specli.training.recipe import build_recipe, require_sources
+
+    check_device_dtype_quant(device, given["dtype"], given["quant"])
+    outdir.check_out(out, resume, overwrite)
+    if not resume:
+        require_sources(given["target"], given["data"])
+        rest = {k: v for k, v in given.items() if k not in ("target", "data")}
+        build_recipe(kind, given["target"], given["data"], quick, **rest)
+    for name in (given["target"], given["init"], compare_with):
+        if name is not None:
+            local_model_folder(name)
+    if given["data"] is not None:
+        data.check_source(given["data"])
+    named_file = eval_prompts not in (None, "auto", *data.SETS)
+    if named_file and eval_count != 0 and not Path(eval_prompts).expanduser().is_file():
+        raise UsageError(
+            f"cannot read prompts from '{eval_prompts}': no such file.",
+            "Give --eval-prompts code, chat, auto or a prompts file.",
+        )
 
 
 def _opt(help: str, *names: str, metavar: str | None = None) -> typer.models.OptionInfo:
@@ -186,6 +229,7 @@ def train_command(
 
         check_kind(kind)
         limit = parse_duration(time_limit) if time_limit is not None else None
+        threads_n = parse_threads(threads)
         given = {
             "target": target, "data": data, "init": init, "regenerate": regenerate or None,
             "regenerate_tokens": regenerate_tokens, "steps": steps, "batch_size": batch_size,
@@ -194,11 +238,15 @@ def train_command(
             "aux_layers": parse_aux_layers(aux_layers) if aux_layers is not None else None,
             "dtype": dtype, "quant": quant,
         }  # fmt: skip
+        out = out.expanduser()
+        check_before_torch(
+            kind, given, out, resume, overwrite, quick, device, compare_with, eval_prompts, eval_count
+        )
         from specli.training.command import Session, train
 
         session = Session(
-            out=out.expanduser(), resume=resume, overwrite=overwrite, time_limit=limit,
-            checkpoint_every=checkpoint_every, device=device, threads=parse_threads(threads),
+            out=out, resume=resume, overwrite=overwrite, time_limit=limit,
+            checkpoint_every=checkpoint_every, device=device, threads=threads_n,
             allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, eval_prompts=eval_prompts,
             eval_count=eval_count, eval_tokens=eval_tokens, num_draft_tokens=num_draft_tokens,
             compare_with=compare_with, command=command_line(ctx),
@@ -207,6 +255,13 @@ def train_command(
         report = train(kind, given, session, console, quick=quick)
         if report["stopped"] == "interrupted":
             raise typer.Exit(130)
+        if report.get("finished"):  # the result on stdout (the progress and notes went to stderr)
+            from specli.training.command import result_lines
+
+            for line in result_lines(report, session.out):
+                typer.echo(line)
         measurement = report.get("measurement")
         if measurement is not None and not measurement["identical"]:
+            differences = "; ".join(measurement["differences"][:3])
+            console.print(f"error: output differs from plain decoding: {differences}", markup=False)
             raise typer.Exit(1)

@@ -4,7 +4,8 @@ spent and history, the data's fingerprint, and every random state (torch's CPU a
 Python's `random`, and each named generator of the run: the data order, noise, packed layouts).
 
 One file, DIR/checkpoint/state.pt, replaced atomically (written beside it, then renamed), read back with
-`torch.load(weights_only=True)`.
+`torch.load(weights_only=True)`. Importing it does not import torch (the CLI checks --out before torch
+loads): its functions do.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from __future__ import annotations
 import os
 import random
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 FOLDER = "checkpoint"
 STATE = "state.pt"
@@ -31,6 +33,8 @@ def exists(out: Path) -> bool:
 
 def random_states(generators: dict[str, torch.Generator]) -> dict[str, Any]:
     """Every random state the run draws from."""
+    import torch
+
     return {
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
@@ -41,6 +45,8 @@ def random_states(generators: dict[str, torch.Generator]) -> dict[str, Any]:
 
 def restore_random_states(states: dict[str, Any], generators: dict[str, torch.Generator]) -> None:
     """Put back what random_states() captured (the named generators must be the same set)."""
+    import torch
+
     torch.set_rng_state(states["torch"])
     if states["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])
@@ -61,6 +67,8 @@ def _as_tuple(value: Any) -> Any:
 
 def save(out: Path, payload: dict[str, Any]) -> Path:
     """Write payload (+ the format number) to DIR/checkpoint/state.pt atomically; returns its path."""
+    import torch
+
     path = path_in(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")
@@ -71,6 +79,8 @@ def save(out: Path, payload: dict[str, Any]) -> Path:
 
 def load(out: Path) -> dict[str, Any]:
     """The checkpoint of DIR (tensors on CPU)."""
+    import torch
+
     state = torch.load(path_in(out), map_location="cpu", weights_only=True)
     if state.get("format") != FORMAT:
         raise ValueError(f"checkpoint format {state.get('format')} is not {FORMAT}")

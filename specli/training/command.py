@@ -15,10 +15,10 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import platform
 import random
+import shlex
 import shutil
 import time
 from collections.abc import Callable
@@ -33,25 +33,26 @@ from specli import head_formats, loading, memory
 from specli.errors import UsageError
 from specli.layer_stack import LAYER_STACK_ARCHITECTURES
 from specli.render.progress import Counted, loading_progress
+from specli.render.words import count as plural
 from specli.threads import AUTO
-from specli.training import checkpoint, data, jobs, regenerate
+from specli.training import checkpoint, data, jobs, outdir, regenerate
 from specli.training import plan as training_plan
 from specli.training.eagle import head_config_for
 from specli.training.loop import DONE, Limits, LoopState, run_steps
-from specli.training.progress import TrainProgress, tokens_words
+from specli.training.progress import TrainProgress, tokens_count
 from specli.training.recipe import (
     HEAD_KINDS,
     INIT_KINDS,
     TrainRecipe,
     build_recipe,
+    require_sources,
     resume_conflicts,
     resumed,
 )
 from specli.training.tiny import fixed_windows, make_optimizer
 
 EAGLE_TARGETS = LAYER_STACK_ARCHITECTURES  # Llama-family: hidden_states[i] enters layer i, the last is normed
-REPORT = "training.json"
-OWN_OUTPUT = (REPORT, checkpoint.FOLDER)  # a folder holding one of these is a `specli train` output
+REPORT = outdir.REPORT
 EVAL_SETS = ("code", "chat")
 
 
@@ -132,37 +133,15 @@ class Checked:
 
 
 def check_out(session: Session) -> None:
-    """An empty or new folder; a non-empty one only with --resume (it must hold a checkpoint) or
-    --overwrite (it must be a `specli train` output)."""
-    out = session.out
-    if session.resume and session.overwrite:
-        raise UsageError("--resume and --overwrite contradict each other: pick one.")
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out '{out}' is a file, not a folder.")
-    busy = out.is_dir() and any(out.iterdir())
-    if session.resume:
-        if not checkpoint.exists(out):
-            raise UsageError(f"nothing to resume in '{out}': it holds no checkpoint ({checkpoint.FOLDER}/).")
-        return
-    if not busy:
-        return
-    if not session.overwrite:
-        raise UsageError(
-            f"--out '{out}' is not empty.",
-            "Pass --resume to continue its run, --overwrite to replace it, or name an empty folder.",
-        )
-    if not any((out / name).exists() for name in OWN_OUTPUT):
-        raise UsageError(
-            f"--out '{out}' is not empty and holds no `specli train` output: --overwrite will not empty it.",
-            "Name an empty folder.",
-        )
+    """--out as outdir.check_out judges it (empty or new; --resume: a checkpoint; --overwrite: a `specli
+    train` output)."""
+    outdir.check_out(session.out, session.resume, session.overwrite)
 
 
 def _recipe(kind: str, given: dict[str, Any], quick: bool, saved: dict[str, Any] | None) -> TrainRecipe:
     if saved is None:
         target, source = given.pop("target", None), given.pop("data", None)
-        if not target or not source:
-            raise UsageError(f"specli train needs --target and --data{'' if target else ' (and --target)'}.")
+        require_sources(target, source)
         return build_recipe(kind, target, source, quick, **given)
     recipe = TrainRecipe.from_dict(saved["recipe"])
     if recipe.kind != kind:
@@ -227,14 +206,39 @@ def resolve_dtype(recipe: TrainRecipe, device: torch.device) -> str:
     return "float32"
 
 
-def check(kind: str, given: dict[str, Any], session: Session, quick: bool = False) -> Checked:
-    """Stage 1: every check that needs no weights. UsageError (exit 2) for bad input, SpecliError when
-    the run does not fit in memory; nothing is written."""
+@dataclass(frozen=True)
+class Start:
+    """Where a run starts: its recipe (the command line's, or the checkpoint's on --resume), the checkpoint
+    resumed (None: a new run), the session with the remembered options filled in, and the device."""
+
+    recipe: TrainRecipe
+    saved: dict[str, Any] | None
+    session: Session
+    device: torch.device
+
+    @property
+    def steps_done(self) -> int:
+        return int(self.saved["loop"]["step"]) if self.saved is not None else 0
+
+    @property
+    def nothing_left(self) -> bool:
+        """A resumed run that has done every step of its (possibly extended) recipe."""
+        return self.saved is not None and self.steps_done >= self.recipe.steps
+
+
+def begin(kind: str, given: dict[str, Any], session: Session, quick: bool = False) -> Start:
+    """Stage 1's first half: --out, the checkpoint (on --resume) and the recipe."""
     check_out(session)
     device = loading.resolve_device(session.device)
     saved = checkpoint.load(session.out) if session.resume else None
     session = with_defaults(session, saved)
-    recipe = _recipe(kind, dict(given), quick, saved)
+    return Start(_recipe(kind, dict(given), quick, saved), saved, session, device)
+
+
+def check(start: Start) -> Checked:
+    """Stage 1: every check that needs no weights. UsageError (exit 2) for bad input, SpecliError when
+    the run does not fit in memory; nothing is written."""
+    recipe, saved, session, device = start.recipe, start.saved, start.session, start.device
     if recipe.quant is not None and recipe.quant not in loading.QUANT_MODES:
         raise UsageError(f"unknown quantization '{recipe.quant}'.", "Use one of: none, 8bit, 4bit.")
     dtype = resolve_dtype(recipe, device)
@@ -427,7 +431,11 @@ def train(kind: str, given: dict[str, Any], session: Session, console: Console, 
     """The whole command; returns the report also written to DIR/training.json. report['stopped'] is
     'done', 'time limit' or 'interrupted'."""
     deadline = session.clock() + session.time_limit if session.time_limit else None
-    checked = check(kind, given, session, quick)
+    start = begin(kind, given, session, quick)
+    earlier = outdir.read_report(session.out) if start.nothing_left else None
+    if start.nothing_left and not _unmeasured(earlier, start.session):
+        return _nothing_left(start, earlier, console)
+    checked = check(start)
     r, session = checked.recipe, checked.session
     eos = checked.tokenizer.eos_token_id
     if eos is None:
@@ -445,8 +453,8 @@ def train(kind: str, given: dict[str, Any], session: Session, console: Console, 
     valid_stream = data.token_stream(valid_docs, eos) if valid_docs else None
     print_ = _printer(console)
     print_(
-        f"data: {len(train_docs)} documents, {tokens_words(stream.numel())} tokens"
-        + (f"; validation {tokens_words(valid_stream.numel())} tokens" if valid_stream is not None else "")
+        f"data: {plural(len(train_docs), 'document')}, {tokens_count(stream.numel())}"
+        + (f"; validation {tokens_count(valid_stream.numel())}" if valid_stream is not None else "")
     )
     stamp = fingerprint(stream)
     if checked.saved is not None and checked.saved["fingerprint"] != stamp:
@@ -476,15 +484,22 @@ def train(kind: str, given: dict[str, Any], session: Session, console: Console, 
         optimizer.load_state_dict(checked.saved["optimizer"])
         state = LoopState.from_dict(checked.saved["loop"])
         checkpoint.restore_random_states(checked.saved["rng"], job.generators)
-        print_(f"resuming at step {state.step}/{r.steps} ({tokens_words(state.tokens)} tokens seen)")
+        if state.step < r.steps:
+            print_(f"resuming at step {state.step}/{r.steps} ({tokens_count(state.tokens)} seen)")
+        else:
+            print_(
+                f"every step is done ({state.step}/{r.steps}); measuring the drafter (the last session "
+                "stopped before its measurement)"
+            )
         planned = checked.saved["recipe"]["steps"]
         if planned != r.steps:
             print_(
-                f"note: --steps {r.steps} changes the schedule the run started with ({planned} steps): the "
-                "learning rate follows the new length from here, unlike one run of that length."
+                f"note: --steps {r.steps} changes the schedule the run started with "
+                f"({plural(planned, 'step')}): the learning rate follows the new length from here, unlike "
+                "one run of that length."
             )
     print_(
-        f"{r.kind}: {job.parameters / 1e6:.2f} M trained parameters, {r.steps} steps of "
+        f"{r.kind}: {job.parameters / 1e6:.2f} M trained parameters, {plural(r.steps, 'step')} of "
         f"{r.batch_size} x {r.context} tokens"
     )
 
@@ -537,6 +552,53 @@ def train(kind: str, given: dict[str, Any], session: Session, console: Console, 
     return report
 
 
+def _unmeasured(report: dict[str, Any] | None, session: Session) -> bool:
+    """A finished run whose measurement is asked for but missing (stopped during it), or without
+    training.json: resuming it measures (and writes) again."""
+    if report is None:
+        return True
+    return report.get("measurement") is None and bool(session.eval_count)
+
+
+def _nothing_left(start: Start, report: dict[str, Any], console: Console) -> dict[str, Any]:
+    """A resumed run with no step left: say so and how --steps extends it; its training.json, untouched."""
+    r, out, done = start.recipe, start.session.out, start.steps_done
+    planned = start.saved["recipe"]["steps"] if start.saved is not None else r.steps
+    if r.steps < planned:
+        said = f"--steps {r.steps} leaves nothing to train: the run in {out} is at step {done}."
+    else:
+        said = f"nothing is left to train: the run in {out} is at step {done} of {r.steps}."
+    again = shlex.join(["specli", "train", r.kind, "--out", str(out), "--resume", "--steps", str(2 * done)])
+    console.print(said, markup=False, highlight=False)
+    console.print(
+        f"To train it longer, give --steps N above {done}, e.g.: {again}", markup=False, highlight=False
+    )
+    return report
+
+
+def result_lines(report: dict[str, Any], out: Path) -> list[str]:
+    """What a finished run prints on stdout: the folder it wrote, its validation agreement, the
+    measurement through the engine (one line per drafter), and how to generate with it. An output that
+    differs from plain decoding is the caller's error line (stderr), not part of the result."""
+    kind = report.get("kind", "")
+    lines = [f"{kind} drafter written to {out} (the recipe, history and measurement: {out / REPORT})"]
+    agreement = (report.get("validation") or {}).get("agreement_by_depth")
+    if agreement:
+        lines.append("validation agreement by depth: " + " ".join(f"{a:.2f}" for a in agreement))
+    if report.get("measurement"):
+        from specli.training import measure
+
+        lines += [
+            line for line in measure.summary_lines(report["measurement"]) if not line.startswith("error:")
+        ]
+    target = (report.get("target") or {}).get("name")
+    if target:
+        strategy = "eagle" if kind in HEAD_KINDS else "draft"
+        use = ["specli", "generate", "PROMPT", "--target", target, "--strategy", strategy]
+        lines.append(f"use it: {shlex.join([*use, '--draft', str(out)])}")
+    return lines
+
+
 def _printer(console: Console):
     return lambda text: console.print(text, markup=False, highlight=False)
 
@@ -544,7 +606,7 @@ def _printer(console: Console):
 def _check_length(stream: torch.Tensor, recipe: TrainRecipe) -> None:
     if stream.numel() < recipe.context + 2:
         raise UsageError(
-            f"'{recipe.data}' holds {stream.numel()} tokens, too few for one window of --context "
+            f"'{recipe.data}' holds {plural(stream.numel(), 'token')}, too few for one window of --context "
             f"{recipe.context}: give more text or a shorter --context."
         )
 
@@ -594,12 +656,10 @@ def _measure(pair: Any, checked: Checked, session: Session, console: Console) ->
         drafters.append(measure.Drafter("compare", session.compare_with, other))
     runs = (len(prompts) + 1) * (len(drafters) + 1)
     with Counted(console, "measure", runs) as counted:
-        counted.stage(f"{len(prompts)} held-out prompts, greedy, plain and drafted", runs)
+        counted.stage(f"{plural(len(prompts), 'held-out prompt')}, greedy, plain and drafted", runs)
         report = measure.run_measurement(
             pair, drafters, prompts, session.eval_tokens, session.num_draft_tokens, counted.advance
         )
-    for line in measure.summary_lines(report):
-        console.print(line, markup=False, highlight=False)
     return report
 
 
@@ -657,4 +717,4 @@ def _report(
 
 
 def write_report(out: Path, report: dict[str, Any]) -> None:
-    (out / REPORT).write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    outdir.write_report(out, report)

@@ -82,8 +82,21 @@ class DataSet:
 # --------------------------------------------------------------------------- reading
 
 
+def check_source(source: str) -> None:
+    """UsageError when --data names nothing there is: stdlib, a bundled set, or an existing file or
+    folder (cheap: read_data reads it)."""
+    path = Path(source).expanduser()
+    if source == STDLIB or source in SETS or path.is_dir() or path.is_file():
+        return
+    raise UsageError(
+        f"no data at '{source}'.",
+        f"Give --data a JSONL file, a folder of text files, a bundled set ({', '.join(SETS)}) or {STDLIB}.",
+    )
+
+
 def read_data(source: str) -> DataSet:
     """The documents of --data; UsageError when there is none or it holds no usable text."""
+    check_source(source)
     path = Path(source).expanduser()
     if source == STDLIB:
         data = _stdlib()
@@ -94,17 +107,10 @@ def read_data(source: str) -> DataSet:
         data = DataSet(source, "set", docs)
     elif path.is_dir():
         data = _split(source, "folder", _folder(path))
-    elif path.is_file():
-        if path.suffix.lower() in (".jsonl", ".json"):
-            data = _split(source, "jsonl", _jsonl(path))
-        else:
-            data = DataSet(source, "file", [_text_file(path, path.name)] if _readable(path) else [])
+    elif path.suffix.lower() in (".jsonl", ".json"):  # a file (check_source)
+        data = _split(source, "jsonl", _jsonl(path))
     else:
-        raise UsageError(
-            f"no data at '{source}'.",
-            f"Give --data a JSONL file, a folder of text files, a bundled set ({', '.join(SETS)}) or "
-            f"{STDLIB}.",
-        )
+        data = DataSet(source, "file", [_text_file(path, path.name)] if _readable(path) else [])
     if not any(_usable(d) for d in data.train):
         raise UsageError(f"'{source}' holds no usable text to train on.")
     return DataSet(data.source, data.kind, [d for d in data.train if _usable(d)], data.validation)

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from specli.eagle_head import EagleHead, HeadConfig, default_aux_layers, init_weights
 from specli.errors import UsageError
 from specli.head_formats import save_head
+from specli.render.words import count as plural
 from specli.training.corpus import load_corpus
 from specli.training.tiny import (
     _autocast,
@@ -350,7 +351,7 @@ def train_head(target, tokenizer, recipe: HeadRecipe, out: Path, log=print) -> d
     object.__setattr__(head, "target_head", target.get_output_embeddings())
     params = sum(p.numel() for p in head.parameters())
     log(
-        f"{recipe.kind}: {params / 1e6:.2f} M parameters, {recipe.steps} steps, "
+        f"{recipe.kind}: {params / 1e6:.2f} M parameters, {plural(recipe.steps, 'step')}, "
         f"draft vocab {config.draft_vocab_size}"
     )
     generator = torch.Generator().manual_seed(recipe.seed + 7)

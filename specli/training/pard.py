@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from specli.render.words import count as plural
 from specli.training.corpus import load_corpus
 from specli.training.tiny import (
     _autocast,
@@ -222,7 +223,8 @@ def train_pard(drafter, target, tokenizer, recipe: PardRecipe, out: Path, log=pr
     mask_id = add_mask_token(drafter, recipe.parallel)
     before = evaluate(drafter, target, windows, recipe.parallel, mask_id)
     log(
-        f"pard: {count_parameters(drafter) / 1e6:.2f} M parameters, {recipe.steps} steps, K={recipe.parallel}"
+        f"pard: {count_parameters(drafter) / 1e6:.2f} M parameters, {plural(recipe.steps, 'step')}, "
+        f"K={recipe.parallel}"
     )
     generator = torch.Generator().manual_seed(recipe.seed + 11)
     layouts = torch.Generator().manual_seed(recipe.seed + 12)

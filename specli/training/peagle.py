@@ -29,6 +29,7 @@ from torch.nn import functional as F
 
 from specli.eagle_head import EagleHead
 from specli.head_formats import load_head, save_head
+from specli.render.words import count as plural
 from specli.training.corpus import load_corpus
 from specli.training.eagle import target_pass
 from specli.training.pard import Packed, agreement, pack
@@ -190,7 +191,7 @@ def train_peagle(head: EagleHead, target, tokenizer, recipe: PEagleRecipe, out: 
     head = make_parallel(head, target, rare_token(train_stream, head.config.target_vocab_size))
     before = evaluate(head, target, windows, recipe.parallel)
     params = sum(p.numel() for p in head.parameters())
-    log(f"peagle: {params / 1e6:.2f} M parameters, {recipe.steps} steps, K={recipe.parallel}")
+    log(f"peagle: {params / 1e6:.2f} M parameters, {plural(recipe.steps, 'step')}, K={recipe.parallel}")
     generator = torch.Generator().manual_seed(recipe.seed + 21)
     layouts = torch.Generator().manual_seed(recipe.seed + 22)
 

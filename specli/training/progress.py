@@ -30,6 +30,11 @@ def tokens_words(n: int) -> str:
     return str(n)
 
 
+def tokens_count(n: int) -> str:
+    """'1 token', '850 tokens', '12.3k tokens'."""
+    return f"{tokens_words(n)} {'token' if n == 1 else 'tokens'}"
+
+
 def agreement_words(values: list[float | None]) -> str:
     """'0.71 0.52 –' for depths 1..3 (– where the kind does not draft that deep)."""
     shown = (values + [None] * DEPTHS_SHOWN)[:DEPTHS_SHOWN]

@@ -96,6 +96,20 @@ def check_kind(kind: str) -> str:
     return kind
 
 
+def require_sources(target: str | None, data: str | None) -> None:
+    """A new run names its target and its data: UsageError naming what is missing."""
+    missing = [
+        what
+        for what, value in (
+            ("--target MODEL (the model to train a drafter for)", target),
+            ("--data SOURCE (the text to train on)", data),
+        )
+        if not value
+    ]
+    if missing:
+        raise UsageError(f"specli train needs {' and '.join(missing)}.")
+
+
 def build_recipe(kind: str, target: str, data: str, quick: bool = False, **given: Any) -> TrainRecipe:
     """The kind's defaults (and --quick's), with the values given (None = not given) on top; checked."""
     values: dict[str, Any] = dict(KIND_DEFAULTS[check_kind(kind)])

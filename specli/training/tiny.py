@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from specli.render.words import count as plural
 from specli.training.bpe import train_tokenizer
 from specli.training.corpus import Corpus, load_corpus
 from specli.training.layerskip import LayerSkipConfig, depth_logits, distillation_loss, layerskip_loss
@@ -372,8 +373,8 @@ def run(out: Path, recipe: Recipe, log=print, target_from: Path | None = None) -
         recipe.exit_weights = default_exit_weights(recipe.target_layers, recipe.exit_layer)
     corpus: Corpus = load_corpus(max_files=recipe.max_files)
     log(
-        f"corpus: {len(corpus.train)} train files ({corpus.train_chars / 1e6:.1f} M chars), "
-        f"{len(corpus.validation)} validation files from {corpus.root}"
+        f"corpus: {plural(len(corpus.train), 'train file')} ({corpus.train_chars / 1e6:.1f} M chars), "
+        f"{plural(len(corpus.validation), 'validation file')} from {corpus.root}"
     )
     if target_from is not None:  # reuse a trained target (and its tokenizer): only the drafter trains
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -404,7 +405,8 @@ def run(out: Path, recipe: Recipe, log=print, target_from: Path | None = None) -
                 recipe.target_heads,
             )
         )
-        log(f"target: {count_parameters(target) / 1e6:.2f} M parameters, {recipe.target_steps} steps")
+        steps = plural(recipe.target_steps, "step")
+        log(f"target: {count_parameters(target) / 1e6:.2f} M parameters, {steps}")
         t0 = time.perf_counter()
         target_history = train_target(target, train_stream, recipe)
         target_seconds = time.perf_counter() - t0
@@ -441,7 +443,8 @@ def run(out: Path, recipe: Recipe, log=print, target_from: Path | None = None) -
                 recipe.draft_heads,
             )
         )
-        log(f"drafter: {count_parameters(draft) / 1e6:.2f} M parameters, {recipe.draft_steps} steps")
+        steps = plural(recipe.draft_steps, "step")
+        log(f"drafter: {count_parameters(draft) / 1e6:.2f} M parameters, {steps}")
         t0 = time.perf_counter()
         draft_history = distill_draft(draft, target, train_stream, recipe)
         report["draft"] = {
