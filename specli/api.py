@@ -393,7 +393,8 @@ class Pair:
         `settings` (default: `self.settings()`) with keyword overrides on top: max_new_tokens,
         temperature, top_k, top_p, seed, num_draft_tokens (the most a round drafts), fixed_k (True: every
         round drafts num_draft_tokens), draft_p_min, stop, chat, strategy, exit_layer, ngram_min,
-        ngram_max (None = unset). Bad values raise UsageError here, before the first round. Each call
+        ngram_max, min_p, ignore_eos (None = unset). Bad values raise UsageError here, before the first
+        round. Each call
         starts from fresh caches and drafter state. With sampling, a seed reproduces the output only with
         fixed_k: the per-round k follows measured speed. record_top > 0 fills each round's token_source (the
         top entries of the distribution its last token came from).
@@ -411,7 +412,7 @@ class Pair:
         drafter = self._drafter(settings, len(ids) + settings.max_new_tokens + settings.num_draft_tokens)
         self._reserve(len(ids), settings)
         self._warm_up(settings, drafter)  # normally done: compiles nothing once warm_up() ran for settings
-        criteria = StopCriteria(self.eos_ids, settings.stop, self.decode)
+        criteria = StopCriteria(set() if settings.ignore_eos else self.eos_ids, settings.stop, self.decode)
         rounds = generate_rounds(self.target, drafter, ids, config, criteria, self.max_positions)
         return self._with_text(rounds)
 

@@ -1,7 +1,8 @@
 """Logits -> next-token distribution. The SAME function processes the target's p and the drafter's q.
 
-Order and semantics follow transformers' warpers (temperature, then top-k, then top-p) so that the same
-settings mean the same distribution as `model.generate(do_sample=True, ...)`.
+Order and semantics follow transformers' warpers (temperature, then top-k, then top-p, then min-p, as
+`GenerationMixin._get_logits_processor` appends them) so that the same settings mean the same
+distribution as `model.generate(do_sample=True, ...)`.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import torch
 
 @dataclass(frozen=True)
 class SamplingConfig:
-    """temperature 0 means greedy (argmax); top_k 0 and top_p 1.0 mean "off"."""
+    """temperature 0 means greedy (argmax); top_k 0, top_p 1.0 and min_p 0.0 mean "off"."""
 
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
+    min_p: float = 0.0
 
     @property
     def greedy(self) -> bool:
@@ -25,7 +27,9 @@ class SamplingConfig:
 
 
 def process_logits(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
-    """Apply temperature, top-k, top-p to logits [..., V] and return probabilities [..., V] (float32).
+    """Apply temperature, top-k, top-p, min-p to logits [..., V] and return probabilities [..., V]
+    (float32). min-p drops the tokens whose probability (after the others) is below min_p times the top
+    one's, as transformers' MinPLogitsWarper.
 
     Greedy configs (temperature 0) return the one-hot distribution of the argmax.
     """
@@ -44,6 +48,10 @@ def process_logits(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
         drop_sorted[..., -1] = False  # keep at least one token
         drop = drop_sorted.scatter(-1, order, drop_sorted)
         scores = scores.masked_fill(drop, -float("inf"))
+    if cfg.min_p > 0.0:
+        probs = scores.softmax(-1)
+        threshold = cfg.min_p * probs.amax(-1, keepdim=True)
+        scores = scores.masked_fill(probs < threshold, -float("inf"))  # the top token is never below
     return scores.softmax(-1)
 
 

@@ -67,7 +67,9 @@ class Settings:
     exit_layer applies to strategy 'self', ngram_min/ngram_max to 'lookup'; chat None follows the
     preset's chat_template rule. num_draft_tokens is the most a round drafts: each round chooses its k
     up to it (docs/design.md §11) unless fixed_k; draft_p_min > 0 ends a draft before a token the
-    drafter gives less probability than that.
+    drafter gives less probability than that. min_p (0 = off) drops tokens below min_p times the top
+    token's probability, after temperature, top-k and top-p (transformers' order); ignore_eos: EOS does
+    not end the generation (max_new_tokens, the context or a stop string does).
     """
 
     strategy: str  # "draft" | "lookup" | "self" | "none"
@@ -84,6 +86,8 @@ class Settings:
     chat: bool | None = None
     fixed_k: bool = False
     draft_p_min: float = 0.0
+    min_p: float = 0.0
+    ignore_eos: bool = False
 
     def __post_init__(self) -> None:
         check_strategy(self.strategy)
@@ -92,15 +96,18 @@ class Settings:
         checked = {name: getattr(generation, name) for name in GENERATION_FIELDS}
         checked |= {name: getattr(speculation, name) for name in SPECULATION_FIELDS}
         checked |= {"seed": _seed(self.seed), "stop": _stop(self.stop), "chat": _chat(self.chat)}
+        checked |= {"min_p": _min_p(self.min_p), "ignore_eos": _flag(self.ignore_eos, "ignore_eos")}
         for name, value in checked.items():  # the schema's types: "3" -> 3, 1 -> 1.0
             object.__setattr__(self, name, value)
 
     @property
     def sampling(self) -> SamplingConfig:
-        """temperature, top-k and top-p as the engine's SamplingConfig."""
+        """temperature, top-k, top-p and min-p as the engine's SamplingConfig."""
         from specli.sampling import SamplingConfig  # imports torch; this module must not
 
-        return SamplingConfig(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
+        return SamplingConfig(
+            temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p
+        )
 
     @property
     def greedy(self) -> bool:
@@ -205,6 +212,23 @@ def _stop(stop: Any) -> tuple[str, ...]:
     if "" in strings:  # it would match at once: generation would stop before its first token
         raise UsageError("a stop string cannot be empty.", "Give --stop some text, or leave it out.")
     return strings
+
+
+def _min_p(min_p: Any) -> float:
+    """A probability ratio in [0, 1] (0: off), as transformers' MinPLogitsWarper takes."""
+    try:
+        value = float(min_p)
+    except (TypeError, ValueError):
+        raise UsageError(f"min_p must be a number in [0, 1] (got {min_p!r}); 0 turns it off.") from None
+    if isinstance(min_p, bool) or not 0.0 <= value <= 1.0:  # NaN fails the range too
+        raise UsageError(f"min_p must be in [0, 1] (got {min_p!r}); 0 turns it off.")
+    return value
+
+
+def _flag(value: Any, name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise UsageError(f"{name} must be True or False (got {value!r}).")
 
 
 def _chat(chat: Any) -> bool | None:

@@ -1,11 +1,14 @@
-"""process_logits must mean what transformers' warpers mean (temperature, then top-k, then top-p)."""
+"""process_logits must mean what transformers' warpers mean (temperature, then top-k, then top-p, then
+min-p)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from transformers import GenerationConfig, GenerationMixin
 from transformers.generation.logits_process import (
     LogitsProcessorList,
+    MinPLogitsWarper,
     TemperatureLogitsWarper,
     TopKLogitsWarper,
     TopPLogitsWarper,
@@ -31,6 +34,33 @@ def test_matches_transformers_warpers(temperature, top_k, top_p):
     torch.testing.assert_close(got, expected)
 
 
+class _Generator(GenerationMixin):
+    """Just transformers' generation mixin: what builds generate()'s logits processors."""
+
+
+@pytest.mark.parametrize(
+    "temperature,top_k,top_p,min_p",
+    [(1.0, 0, 1.0, 0.1), (0.7, 0, 1.0, 0.3), (1.5, 8, 1.0, 0.2), (0.9, 0, 0.8, 0.4), (1.2, 6, 0.7, 0.5),
+     (0.5, 0, 1.0, 1.0)],
+)  # fmt: skip
+def test_min_p_matches_transformers_own_processor_list(temperature, top_k, top_p, min_p):
+    """The warpers transformers' generate() itself builds (its order, not a list written here): min-p
+    after temperature, top-k and top-p. Catches min-p at another place in the order (before top-p, or on
+    the unscaled logits), or a threshold not relative to the top token."""
+    torch.manual_seed(1)
+    logits = torch.randn(6, 64) * 3
+    config = GenerationConfig(do_sample=True, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
+    warpers = _Generator()._get_logits_processor(
+        config, input_ids_seq_length=1, encoder_input_ids=None,
+        prefix_allowed_tokens_fn=None, logits_processor=LogitsProcessorList(),
+    )  # fmt: skip
+    assert [type(w) for w in warpers][-1] is MinPLogitsWarper
+    expected = warpers(torch.zeros(6, 1, dtype=torch.long), logits.clone()).softmax(-1)
+    got = process_logits(logits, SamplingConfig(temperature, top_k, top_p, min_p))
+    torch.testing.assert_close(got, expected)
+    assert (got == 0).any()  # min-p cut something: the case tests it
+
+
 def test_greedy_is_one_hot_argmax():
     logits = torch.tensor([[0.1, 2.0, -1.0], [5.0, 5.0, 1.0]])
     probs = process_logits(logits, SamplingConfig(0.0))
@@ -48,3 +78,19 @@ def test_sample_is_reproducible_with_a_seed():
     a = sample(probs, torch.Generator().manual_seed(5))
     b = sample(probs, torch.Generator().manual_seed(5))
     assert a.shape == (3,) and a.tolist() == b.tolist()
+
+
+def test_min_p_and_ignore_eos_settings_are_checked_and_reach_the_sampling_config():
+    """Catches: min_p dropped between Settings and the engine's SamplingConfig, and values out of range
+    (or of the wrong type) accepted."""
+    from specli.errors import UsageError
+    from specli.settings import resolve_settings
+
+    settings = resolve_settings(temperature=0.8, min_p=0.25, ignore_eos=True)
+    assert settings.sampling == SamplingConfig(0.8, 0, 1.0, 0.25) and settings.ignore_eos
+    assert resolve_settings().min_p == 0.0 and not resolve_settings().ignore_eos
+    for bad in (-0.1, 1.5, float("nan"), True, "x"):
+        with pytest.raises(UsageError, match="min_p"):
+            resolve_settings(min_p=bad)
+    with pytest.raises(UsageError, match="ignore_eos"):
+        resolve_settings(ignore_eos="yes")
