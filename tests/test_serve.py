@@ -368,7 +368,7 @@ BAD_REQUESTS = [
     ("top_p 0", "/v1/completions", {"prompt": "x", "top_p": 0}, 422, "top_p", None),
     ("stream as text", "/v1/completions", {"prompt": "x", "stream": "yes"}, 422, "stream", None),
     ("seed too large", "/v1/completions", {"prompt": "x", "seed": 2**64}, 422, "seed", None),
-    ("n > 1", "/v1/completions", {"prompt": "x", "n": 2}, 422, None, None),
+    ("n > 1", "/v1/completions", {"prompt": "x", "n": 2}, 422, "n", None),
     ("lone surrogate", "/v1/completions", b'{"prompt": "\\ud800"}', 422, "prompt", None),
     ("prompt ids outside the vocabulary", "/v1/completions", {"prompt": [1, 999999]}, 400, "prompt", None),
     ("prompt longer than the context", "/v1/completions", {"prompt": LONG_PROMPT}, 400, "prompt",
@@ -463,6 +463,7 @@ def test_past_max_queue_a_request_gets_503(keyed, reference):
                 assert waiting.status_code == 200  # admitted: it waits in line
                 error = check_error(c.post("/v1/completions", json={"prompt": "x", "max_tokens": 4}), 503)
                 assert error["code"] == "queue_full" and "--max-queue" in error["message"]
+                assert "1 request is already waiting" in error["message"]  # not "1 are"
                 running.close()  # the running one leaves; the waiting one is served in full
                 events = list(sse_events(waiting))
         assert events[-1] == "[DONE]" and events[-2]["choices"][0]["finish_reason"] == "length"
@@ -574,7 +575,8 @@ def test_missing_extra_is_one_line_naming_the_install(monkeypatch):
     result = CliRunner().invoke(cli_app, ["serve", "--device", "cpu"])
     assert result.exit_code == 1
     assert result.stderr.strip().splitlines() == [
-        "error: specli serve needs the serve extra (uvicorn is missing): pip install -e '.[serve]' (in the specli checkout)"
+        "error: specli serve needs the serve extra (uvicorn is missing): pip install -e '.[serve]' "
+        "(in the specli checkout)"
     ]
 
 

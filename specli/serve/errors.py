@@ -49,16 +49,17 @@ def one_line(exc: BaseException) -> str:
 
 def validation_error(errors: list[dict[str, Any]]) -> APIError:
     """Pydantic's first error as a 422: `param` the top-level field, the message its path (union
-    members' type tags left out, e.g. "messages.0.role") and pydantic's words."""
+    members' type tags left out, e.g. "messages.0.role") and pydantic's words (the path left out when
+    they begin with the field's name already: "n must be 1: ...")."""
     first = errors[0] if errors else {"loc": (), "msg": "invalid value"}
     loc = [part for part in first.get("loc", ()) if part != "body"]
     path = [str(p) for p in loc[:1]] + [str(p) for p in loc[1:] if _is_field(p)]
     param = path[0] if path else None
     message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
     message = message[:1].lower() + message[1:]
-    return APIError(
-        422, f"{'.'.join(path)}: {message}" if path else message, param=param, code="invalid_value"
-    )
+    if path and not message.startswith(f"{path[-1]} "):
+        message = f"{'.'.join(path)}: {message}"
+    return APIError(422, message, param=param, code="invalid_value")
 
 
 def _is_field(part: Any) -> bool:

@@ -2,7 +2,8 @@
 `specli:`. prometheus_client adds `_total` to counters, so the exposed names are:
 
     specli:spec_decode_num_drafts_total                     rounds that drafted >= 1 token
-    specli:spec_decode_num_draft_tokens_total               drafted tokens verified
+    specli:spec_decode_num_draft_tokens_total               drafted tokens sent to the target
+                                                            (those after a rejection included)
     specli:spec_decode_num_accepted_tokens_total            drafted tokens kept (bonus excluded)
     specli:spec_decode_num_accepted_tokens_per_pos_total{position="i"}   kept at draft position i (0-based)
     specli:prompt_tokens_total, specli:generation_tokens_total
@@ -38,7 +39,9 @@ class Metrics:
             f"{prefix}num_drafts", "Rounds that drafted at least one token.", registry=registry
         )
         self.draft_tokens = Counter(
-            f"{prefix}num_draft_tokens", "Drafted tokens the target verified.", registry=registry
+            f"{prefix}num_draft_tokens",
+            "Drafted tokens sent to the target, including those after a rejection, which it never judged.",
+            registry=registry,
         )
         self.accepted = Counter(
             f"{prefix}num_accepted_tokens",

@@ -6,7 +6,8 @@
     num_draft_tokens         k, the most tokens a round drafts (0 for "none")
     rounds                   target verify steps (each commits >= 1 token)
     drafts                   rounds that drafted >= 1 token (vLLM's num_drafts)
-    draft_tokens             drafted tokens the target verified (vLLM's num_draft_tokens)
+    draft_tokens             drafted tokens sent to the target, those after a rejection included,
+                             which it never judged (vLLM's num_draft_tokens)
     accepted_tokens          drafted tokens kept; bonus and correction tokens excluded (vLLM's meaning)
     accepted_per_position    [i] = rounds whose draft position i (0-based) was kept
     drafted_per_position     [i] = rounds that drafted position i (position 0: = drafts)
@@ -27,6 +28,7 @@ from typing import Any
 
 from specli.events import Stats, StopReason
 from specli.render.plain import summary_line
+from specli.render.words import count
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,7 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
 def console_line(outcome: Outcome) -> str:
     """One line per request: id, route, prompt size, then the generate command's summary (rounds,
     acceptance, τ, tokens and tok/s); the text itself is never printed."""
-    head = f"{outcome.request_id} {outcome.endpoint} · prompt {outcome.prompt_tokens} tokens"
+    head = f"{outcome.request_id} {outcome.endpoint} · prompt {count(outcome.prompt_tokens, 'token')}"
     if outcome.queue_time >= 0.01:
         head += f" · waited {outcome.queue_time:.2f}s"
     if outcome.finish_reason == "error":

@@ -87,12 +87,20 @@ SHUTDOWN = "server shutting down"
 
 
 class Worker:
-    """Serves submitted jobs one at a time on a thread of its own; `on_finish(outcome)` after each."""
+    """Serves submitted jobs one at a time on a thread of its own; `on_finish(outcome)` after each.
+    clock: the time source of the outcomes' times (the jobs' `arrived` must come from the same one)."""
 
-    def __init__(self, pair: Pair, max_queue: int, on_finish: Callable[[Outcome], Any]) -> None:
+    def __init__(
+        self,
+        pair: Pair,
+        max_queue: int,
+        on_finish: Callable[[Outcome], Any],
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self.pair = pair
         self.max_queue = max_queue
         self.on_finish = on_finish
+        self.clock = clock
         self._lock = threading.Condition()
         self._waiting: deque[Job] = deque()
         self._running: Job | None = None
@@ -168,11 +176,13 @@ class Worker:
             left = [*([self._running] if self._running else []), *self._waiting]
             self._running, self._waiting = None, deque()
         for job in left:
-            job.deliver(Finished(_outcome(job, Stats(), "error", "the generation worker stopped"), 500))
+            outcome = _outcome(job, Stats(), "error", self.clock(), "the generation worker stopped")
+            job.deliver(Finished(outcome, 500))
 
     def _serve(self, job: Job) -> Finished:
-        """Run the job's rounds; the outcome, never an exception."""
-        stats, started, first, error, status = Stats(), time.perf_counter(), None, None, 200
+        """Run the job's rounds; the outcome, never an exception. Time to first token is taken when the
+        first round arrives."""
+        stats, started, first, error, status = Stats(), self.clock(), None, None, 200
         cut = job.cancelled
         if not cut:
             rounds = None
@@ -180,7 +190,8 @@ class Worker:
                 rounds = self.pair.stream(prompt_ids=job.prompt_ids, settings=job.settings)
                 for r in rounds:
                     stats.observe(r)
-                    first = first or time.perf_counter()
+                    if first is None:
+                        first = self.clock()
                     job.deliver(r)
                     if job.cancelled:
                         cut = True
@@ -199,19 +210,20 @@ class Worker:
             status = 503 if job.cancel_reason == SHUTDOWN else 499
         else:
             reason = finish_reason(stats)
-        return Finished(_outcome(job, stats, reason, error, started, first), status)
+        return Finished(_outcome(job, stats, reason, self.clock(), error, started, first), status)
 
 
 def _outcome(
     job: Job,
     stats: Stats,
     reason: str,
+    end: float,
     error: str | None = None,
     started: float | None = None,
     first: float | None = None,
 ) -> Outcome:
-    """A finished job's Outcome; times from its arrival (started: when its generation began)."""
-    end = time.perf_counter()
+    """A finished job's Outcome; times from its arrival (started: when its generation began, first: when
+    its first round arrived, end: now)."""
     s = job.settings
     return Outcome(
         request_id=job.request_id,
