@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from typing import Annotated
 
 import typer
@@ -29,11 +31,14 @@ from specli.cli.options import (
     TargetOpt,
     ThreadsOpt,
     TrustOpt,
+    check_before_loading,
 )
-from specli.errors import SpecliError
+from specli.errors import SpecliError, UsageError
 from specli.threads import AUTO
 
 EXTRA_HINT = "pip install -e '.[serve]' (in the specli checkout)"
+KEY_VARIABLE = "SPECLI_API_KEY"
+ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s?#]+", re.IGNORECASE)  # scheme://host[:port], no path
 
 
 @app.command(
@@ -45,8 +50,9 @@ EXTRA_HINT = "pip install -e '.[serve]' (in the specli checkout)"
     "  SPECLI_API_KEY=secret specli serve --host 0.0.0.0 --strategy lookup\n\n"
     "  curl 127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' \\\n"
     '      -d \'{"prompt": "def fibonacci(n):", "max_tokens": 64}\'\n\n'
-    "Routes: POST /v1/completions and /v1/chat/completions (streaming with stream: true), GET /v1/models, "
-    "GET /metrics (Prometheus), GET /health. Requests run one at a time in arrival order (batch size 1); "
+    "Routes: POST /v1/completions and /v1/chat/completions (streaming with stream: true), GET /v1/models "
+    "and /v1/models/{id}, GET /metrics (Prometheus), GET /health. Requests run one at a time in arrival "
+    "order (batch size 1); "
     "each answer carries a spec_decode object (drafts, draft_tokens, accepted_tokens, acceptance_rate, "
     "mean_acceptance_length).",
 )
@@ -78,9 +84,17 @@ def serve(
     api_key: Annotated[
         str | None,
         typer.Option(
-            envvar="SPECLI_API_KEY",
+            envvar=KEY_VARIABLE,
             show_default=False,
-            help="Require 'Authorization: Bearer KEY' on every route but /health.",
+            help="Require 'Authorization: Bearer KEY' on every route but /health (an empty key is refused).",
+        ),
+    ] = None,
+    cors_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            show_default=False,
+            help="Let browser pages from this origin call the API (CORS), e.g. http://localhost:3000; repeat "
+            "for more, '*' for any. Off by default.",
         ),
     ] = None,
     max_queue: Annotated[
@@ -95,6 +109,7 @@ def serve(
     threads: ThreadsOpt = AUTO,
     no_color: NoColorOpt = False,
     debug: DebugOpt = False,
+    compile: Annotated[bool, typer.Option("--compile", hidden=True)] = False,
 ) -> None:
     """Serve a pair over an OpenAI-compatible HTTP API; output is exactly the target's own."""
     models = ModelOptions(
@@ -107,7 +122,48 @@ def serve(
         fixed_k=fixed_k or None, draft_p_min=draft_p_min,
     )  # fmt: skip
     with user_errors(debug):
-        _serve(models, options, host, port, api_key or None, max_queue, no_color)
+        if compile:
+            raise UsageError(
+                "specli serve does not compile: each request brings a prompt length and max_tokens of its "
+                "own, and a shape not compiled yet would compile inside that request (10-75 s on CPU).",
+                "Leave --compile out (on CPU it gains 5-15% on plain decoding only: README, --compile).",
+            )
+        key, origins = _checked_key(api_key), _checked_origins(cors_origin or [])
+        stopped_by = _serve(models, options, host, port, key, max_queue, no_color, origins)
+    if stopped_by is not None:
+        from specli.serve.server import exit_now
+
+        exit_now()  # a signal stopped it: skip tearing the loaded models down object by object (1-4 s)
+
+
+def _checked_key(api_key: str | None) -> str | None:
+    """The API key, None for none; an empty one is refused (`--api-key "$KEY"` with KEY unset would
+    otherwise serve with no key, silently)."""
+    if api_key is None and os.environ.get(KEY_VARIABLE) is not None:
+        api_key = os.environ[KEY_VARIABLE]  # click reads an empty variable as unset
+        if not api_key.strip():
+            raise UsageError(
+                f"{KEY_VARIABLE} is set but empty: the server would run with no API key.",
+                f"Set {KEY_VARIABLE} to the key, or unset it to serve without one.",
+            )
+    if api_key is not None and not api_key.strip():
+        raise UsageError(
+            '--api-key is empty (is the variable in "$KEY" unset?): the server would run with no API key.',
+            "Give the key, or leave --api-key out to serve without one.",
+        )
+    return api_key
+
+
+def _checked_origins(origins: list[str]) -> tuple[str, ...]:
+    """--cors-origin values: '*' or scheme://host[:port], as browsers send them in the Origin header."""
+    for origin in origins:
+        if origin != "*" and not ORIGIN.fullmatch(origin):
+            raise UsageError(
+                f"--cors-origin '{origin}' is not an origin.",
+                "Give scheme://host[:port] with no path or trailing slash (e.g. http://localhost:3000), "
+                "or '*' for any.",
+            )
+    return tuple(dict.fromkeys(origins))
 
 
 def _serve(
@@ -118,13 +174,16 @@ def _serve(
     api_key: str | None,
     max_queue: int,
     no_color: bool,
-) -> None:
+    cors_origins: tuple[str, ...] = (),
+) -> str | None:
+    """Load, serve until a signal; the signal's name (None: the server stopped by itself)."""
     try:  # the extra, before anything loads
         from specli.serve import ServeConfig, create_app
         from specli.serve.prompts import has_chat_template
         from specli.serve.server import bind, is_loopback, run, url
     except ImportError as e:
         raise SpecliError(f"specli serve needs the serve extra ({e.name} is missing): {EXTRA_HINT}") from None
+    check_before_loading(models, options)  # before torch: a usage error comes at once
     from specli.api import preset_for
     from specli.cli.run import load_pair
     from specli.render.plain import strategy_label
@@ -143,6 +202,7 @@ def _serve(
             api_key=api_key,
             max_queue=max_queue,
             log=lambda line: console.print(line, markup=False),
+            cors_origins=cors_origins,
         )
         server_app = create_app(pair, config)
         if not has_chat_template(pair):
@@ -159,6 +219,8 @@ def _serve(
             )
         label = strategy_label(settings.strategy, settings.num_draft_tokens)
         auth = "API key required" if api_key else "no API key"
+        if cors_origins:
+            auth += f" · CORS for {', '.join(cors_origins)}"
         ready = (
             f"serving '{model_id}' ({label}) on {url(sock)}/v1 · {auth} · one request at a time, up to "
             f"{max_queue} waiting · Ctrl-C stops"
@@ -172,3 +234,4 @@ def _serve(
     finally:
         sock.close()
     console.print(f"stopped{f' ({stopped_by})' if stopped_by else ''}.", markup=False)
+    return stopped_by

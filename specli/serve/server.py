@@ -1,14 +1,18 @@
 """Running the app: bind the socket first (a busy port fails before any model loads; --port 0 picks a
 free one), then uvicorn on it. SIGINT and SIGTERM cancel the running and waiting generations, let
 uvicorn close the connections and return normally (exit 0): uvicorn's own handler would re-raise the
-signal after shutting down, which turns SIGTERM into exit 143."""
+signal after shutting down, which turns SIGTERM into exit 143. Then `exit_now`: once the server has
+closed, nothing is left to finish, and the interpreter's teardown of torch, transformers and the loaded
+models would hold the exit 1-4 s."""
 
 from __future__ import annotations
 
 import contextlib
 import ipaddress
+import os
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
@@ -100,3 +104,12 @@ def run(
     server = _Server(config, on_signal, on_ready)
     server.run(sockets=[sock])
     return signal.Signals(server.signals[0]).name if server.signals else None
+
+
+def exit_now(code: int = 0) -> None:
+    """Flush stdout and stderr and end the process at once (no interpreter teardown): for after the
+    server has stopped, its worker joined and its last line printed."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
