@@ -160,8 +160,10 @@ CompileOpt = Annotated[
     bool,
     typer.Option(
         "--compile",
-        help="Static KV caches and torch.compile'd forwards (CUDA graphs on CUDA): faster steps once warm; "
-        "each new forward shape compiles on first use (seconds). Strategies none, draft, lookup, eagle.",
+        help="Static KV caches and torch.compile'd forwards (CUDA graphs on CUDA): faster steps once warm. "
+        "Every graph the generation uses is built before its first round, timed apart (embedded pair, 2 "
+        "busy CPU cores: about 2 minutes cold, 10-40 s once torch's disk cache holds them). Strategies none, "
+        "draft, lookup, eagle.",
     ),
 ]
 LeanOpt = Annotated[
