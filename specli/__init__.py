@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from specli.api import Pair, Result, load
+    from specli.api import GenerationStats, Pair, Result, load
     from specli.events import Round, Stats, TokenKind
 
 _LAZY = {
+    "GenerationStats": "specli.api",
     "Pair": "specli.api",
     "Result": "specli.api",
     "load": "specli.api",
@@ -23,7 +24,7 @@ _LAZY = {
     "TokenKind": "specli.events",
 }
 
-__all__ = ["Pair", "Result", "Round", "Stats", "TokenKind", "load", "__version__"]
+__all__ = ["GenerationStats", "Pair", "Result", "Round", "Stats", "TokenKind", "load", "__version__"]
 
 
 def __getattr__(name: str) -> Any:

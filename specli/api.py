@@ -612,8 +612,9 @@ def load(
     they stay quiet (download_bars, when given, draws the downloads either way).
 
     `compile=True` runs target and draft model over static KV caches with torch.compile'd forwards (CUDA
-    graphs on CUDA; docs/design.md §12): faster steps once warm, but each new forward shape compiles on
-    its first call (seconds each), and one generation runs at a time per pair. Strategy 'self', sliding-
+    graphs on CUDA; docs/design.md §12): faster steps once warm. Every graph a generation uses is built
+    before its first round (`Pair.warm_up`, timed apart as `compile_time`; minutes cold on a CPU), and
+    one generation runs at a time per pair. Strategy 'self', sliding-
     window models and models without a static cache are refused (UsageError) before generating.
 
     `lean=True` (the default) runs the drafter's steps through specli's own forward where it reproduces

@@ -11,6 +11,7 @@ No torch here: the CLI resolves settings before anything heavy is imported, so a
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -48,9 +49,12 @@ _RANGE_MESSAGES: dict[str, Callable[[Any], str]] = {
 
 
 def check_strategy(strategy: str) -> str:
-    if strategy not in STRATEGIES:
-        raise UsageError(f"unknown strategy '{strategy}'.", f"Use one of: {', '.join(STRATEGIES)}.")
-    return strategy
+    """A strategy name, or a UsageError listing them (with the nearest for a typo: 'eagel')."""
+    if strategy in STRATEGIES:
+        return strategy
+    close = difflib.get_close_matches(strategy, STRATEGIES, n=1)
+    guess = f" Did you mean '{close[0]}'?" if close else ""
+    raise UsageError(f"unknown strategy '{strategy}'.{guess}", f"Use one of: {', '.join(STRATEGIES)}.")
 
 
 def default_exit_layer(num_layers: int) -> int:

@@ -277,3 +277,16 @@ def test_version_help_and_presets_list_import_no_torch(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "tiny" in result.stdout  # presets list ran, with the embedded preset's estimate
     assert "HEAVY []" in result.stdout, result.stdout.splitlines()[-1]
+
+
+def test_a_strategy_typo_gets_the_nearest_name_everywhere_it_is_checked():
+    """bench and the Python API call check_strategy directly. Catches: 'Did you mean' only in the CLI."""
+    from specli.settings import check_strategy
+
+    with pytest.raises(UsageError) as info:
+        check_strategy("eagel")
+    assert "unknown strategy 'eagel'. Did you mean 'eagle'?" in str(info.value)
+    with pytest.raises(UsageError) as info:
+        check_strategy("zzzz")
+    assert "Did you mean" not in str(info.value)
+    assert check_strategy("lookup") == "lookup"

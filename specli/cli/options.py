@@ -5,7 +5,6 @@ and the groups they are gathered into (`ModelOptions`: which models and how to l
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import os
 import re
@@ -19,7 +18,7 @@ from specli.errors import ModelNotFoundError, SpecliError, UsageError
 from specli.model_dirs import EMBEDDED_PREFIX, config_max_positions, embedded_model, read_config
 from specli.presets import Preset, resolve_preset
 from specli.prompt_input import check_text
-from specli.settings import STRATEGIES, Settings, resolve_settings
+from specli.settings import Settings, check_strategy, resolve_settings
 from specli.threads import AUTO, parse_threads
 
 PromptArg = Annotated[
@@ -266,7 +265,7 @@ def check_before_loading(models: ModelOptions, options: GenerationOptions | None
     options = options or GenerationOptions()
     for strategy in (models.strategy, *models.also):
         if strategy is not None:
-            check_strategy_name(strategy)
+            check_strategy(strategy)
     check_device_dtype_quant(models.device, models.dtype, models.quant)
     parse_threads(models.threads)
     options.check_text()
@@ -285,15 +284,6 @@ def check_before_loading(models: ModelOptions, options: GenerationOptions | None
             k = resolve_settings(preset, strategy=strategy, **options.overrides()).num_draft_tokens
             _check_context(k, strategy, target, drafter)
     return settings
-
-
-def check_strategy_name(strategy: str) -> str:
-    """A strategy name, or a UsageError listing them (with the nearest for a typo: 'eagel')."""
-    if strategy in STRATEGIES:
-        return strategy
-    close = difflib.get_close_matches(strategy, STRATEGIES, n=1)
-    guess = f" Did you mean '{close[0]}'?" if close else ""
-    raise UsageError(f"unknown strategy '{strategy}'.{guess}", f"Use one of: {', '.join(STRATEGIES)}.")
 
 
 def check_device_dtype_quant(device: str, dtype: str | None, quant: str | None) -> None:
