@@ -50,15 +50,18 @@ def test_the_pattern_sees_a_registry_hint():
     assert not REGISTRY_SPECLI.search("pip install 'specli-decode[serve]'")
 
 
-def test_the_readme_names_every_strategy_and_every_shipped_preset():
-    """Catches: a strategy added without its README row (the generate options table once listed
-    --strategy without eagle), a shipped preset missing from the README's preset table."""
+def test_the_docs_name_every_strategy_and_every_shipped_preset():
+    """Catches: a strategy added without its row in the options table (docs/commands.md; generate's
+    table once listed --strategy without eagle), a shipped preset missing from the preset table
+    (docs/models.md, Bring your own GPU)."""
     from specli.settings import STRATEGIES
 
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    row = next(line for line in readme.splitlines() if line.startswith("| `--strategy "))
+    commands = (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
+    row = next(line for line in commands.splitlines() if line.startswith("| `--strategy "))
     named = row.split("`")[1].removeprefix("--strategy ").replace("\\|", "|").split("|")
     assert sorted(named) == sorted(STRATEGIES)
+    models = (ROOT / "docs" / "models.md").read_text(encoding="utf-8")
+    table = models.partition("## Bring your own GPU")[2]
     presets = sorted(path.stem for path in (ROOT / "presets").glob("*.yaml"))
-    missing = [name for name in presets if f"| `{name}` |" not in readme]
+    missing = [name for name in presets if f"| `{name}` |" not in table]
     assert presets and missing == []
