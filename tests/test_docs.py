@@ -1,0 +1,144 @@
+"""The README and docs/ hold together: every relative link names a file that exists, every `#anchor`
+names a heading of its page as GitHub slugs it, every page under docs/ is reachable from the README, and
+the README stays a front door (at most 15,000 bytes). External http(s) links are not fetched."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README_LIMIT = 15_000
+
+HEADING = re.compile(r"^(#{1,6})\s+(.*?)(?:\s+#+)?\s*$")
+LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+INLINE_CODE = re.compile(r"(`+).*?\1")
+
+
+def _prose_lines(text: str) -> list[str]:
+    """The lines outside fenced code blocks (``` or ~~~, indented ones in list items too)."""
+    lines, fence = [], ""
+    for line in text.splitlines():
+        stripped = line.lstrip()
+        if fence:
+            if stripped.startswith(fence):
+                fence = ""
+            continue
+        if stripped.startswith(("```", "~~~")):
+            fence = stripped[:3]
+            continue
+        lines.append(line)
+    return lines
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading's text: markup dropped (code ticks, emphasis, link targets),
+    lowercased, every character but letters, digits, '-', '_' and spaces dropped, spaces to '-'."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)
+    text = text.replace("`", "").replace("*", "")
+    text = re.sub(r"[^\w\- ]", "", text.lower())
+    return text.replace(" ", "-")
+
+
+def anchors(text: str) -> set[str]:
+    """Every heading anchor of a page; a repeated slug gets -1, -2 … as on GitHub."""
+    seen: dict[str, int] = {}
+    found = set()
+    for line in _prose_lines(text):
+        match = HEADING.match(line)
+        if not match:
+            continue
+        base = slug(match.group(2))
+        count = seen.get(base, 0)
+        seen[base] = count + 1
+        found.add(base if count == 0 else f"{base}-{count}")
+    return found
+
+
+def links(text: str) -> list[str]:
+    """The targets of the Markdown links and images outside code (fenced blocks and inline spans)."""
+    return [
+        match.group(1) for line in _prose_lines(text) for match in LINK.finditer(INLINE_CODE.sub("", line))
+    ]
+
+
+def broken_links(page: Path) -> list[str]:
+    """'page: target (why)' for each relative link of a page whose file or anchor does not exist."""
+    problems = []
+    for target in links(page.read_text(encoding="utf-8")):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):  # http(s), mailto: not fetched
+            continue
+        path_part, _, anchor = target.partition("#")
+        linked = (page.parent / path_part).resolve() if path_part else page
+        if not linked.exists():
+            problems.append(f"{page.name}: {target} (no such file)")
+        elif anchor and linked.suffix == ".md" and anchor not in anchors(linked.read_text(encoding="utf-8")):
+            problems.append(f"{page.name}: {target} (no heading #{anchor} in {linked.name})")
+    return problems
+
+
+def _pages() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def test_every_relative_link_and_anchor_resolves():
+    """Catches: a link to a moved or renamed page, an anchor whose heading was renamed or moved to
+    another page (the README's `#lean-drafter-steps` once pointed into the README itself)."""
+    problems = [problem for page in _pages() for problem in broken_links(page)]
+    assert problems == []
+
+
+def test_every_docs_page_is_linked_from_the_readme():
+    """Catches: a page added under docs/ that the front door never leads to."""
+    readme = ROOT / "README.md"
+    linked = {
+        (readme.parent / target.partition("#")[0]).resolve() for target in links(readme.read_text("utf-8"))
+    }
+    orphans = [page.name for page in sorted((ROOT / "docs").glob("*.md")) if page.resolve() not in linked]
+    assert orphans == []
+
+
+def test_the_readme_is_a_front_door():
+    """Catches: the README growing back past what a newcomer reads first."""
+    size = len((ROOT / "README.md").read_bytes())
+    assert size <= README_LIMIT, (
+        f"README.md is {size:,} bytes, over {README_LIMIT:,}: move a section to docs/"
+    )
+
+
+def test_slugs_follow_github():
+    """GitHub's slugger rules on headings like these pages' own, duplicates numbered."""
+    assert slug("Static caches and `--compile`") == "static-caches-and---compile"
+    assert slug("The embedded pair (`tiny`): model card") == "the-embedded-pair-tiny-model-card"
+    assert slug("12. Static caches and compile") == "12-static-caches-and-compile"
+    assert (
+        slug("`specli presets list` / `specli presets show NAME`")
+        == "specli-presets-list--specli-presets-show-name"
+    )
+    assert slug("Against llama.cpp") == "against-llamacpp"
+    assert slug("num_draft_tokens, [α](x.md)") == "num_draft_tokens-α"
+    page = "# Notes\n## Usage\n```bash\n# Usage\n```\n## Usage\n### Usage\n"
+    assert anchors(page) == {"notes", "usage", "usage-1", "usage-2"}
+
+
+def test_the_checker_catches_a_broken_file_link_and_a_broken_anchor(tmp_path):
+    """Control: the checker above is not vacuous. A missing file, an anchor that is no heading (same page
+    and another page), a duplicate's number past the last copy are reported; good links, links inside
+    code and external links are not."""
+    (tmp_path / "other.md").write_text("# Other\n## Part `two`\n## Part `two`\n", encoding="utf-8")
+    (tmp_path / "pic.svg").write_text("<svg/>", encoding="utf-8")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# Page\n## Here\n"
+        "[ok](other.md) [ok](other.md#part-two) [ok](other.md#part-two-1) [ok](#here) ![ok](pic.svg)\n"
+        "[ext](https://example.com/missing.md#nowhere) `[code](missing.md)`\n"
+        "```\n[fenced](missing.md)\n```\n"
+        "[gone](missing.md) [bad](other.md#part-three) [bad](#there) [bad](other.md#part-two-2)\n",
+        encoding="utf-8",
+    )
+    assert broken_links(page) == [
+        "page.md: missing.md (no such file)",
+        "page.md: other.md#part-three (no heading #part-three in other.md)",
+        "page.md: #there (no heading #there in page.md)",
+        "page.md: other.md#part-two-2 (no heading #part-two-2 in other.md)",
+    ]
