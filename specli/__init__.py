@@ -12,16 +12,16 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from specli.api import GenerationStats, Pair, Result, load
-    from specli.events import Round, Stats, TokenKind
+    from specli.engine.events import Round, Stats, TokenKind
 
 _LAZY = {
     "GenerationStats": "specli.api",
     "Pair": "specli.api",
     "Result": "specli.api",
     "load": "specli.api",
-    "Round": "specli.events",
-    "Stats": "specli.events",
-    "TokenKind": "specli.events",
+    "Round": "specli.engine.events",
+    "Stats": "specli.engine.events",
+    "TokenKind": "specli.engine.events",
 }
 
 __all__ = ["GenerationStats", "Pair", "Result", "Round", "Stats", "TokenKind", "load", "__version__"]

@@ -25,7 +25,6 @@ import torch
 
 from specli import head_formats, loading, plan
 from specli.cached_lm import CachedLM, check_sliding_rollback, synchronize
-from specli.drafters.base import Drafter, ReadsTargetFeatures
 from specli.drafters.draft_model import (
     PARALLEL_K_DEFAULT,
     DraftModelDrafter,
@@ -36,9 +35,11 @@ from specli.drafters.eagle import EagleDrafter
 from specli.drafters.prompt_lookup import PromptLookupDrafter
 from specli.drafters.self_speculative import SelfSpeculativeDrafter
 from specli.eagle_head import EagleHead
-from specli.engine import EngineConfig, generate_rounds
+from specli.engine.drafter import Drafter, ReadsTargetFeatures
+from specli.engine.events import Round, Stats
+from specli.engine.loop import EngineConfig, generate_rounds
+from specli.engine.stopping import StopCriteria
 from specli.errors import UsageError
-from specli.events import Round, Stats
 from specli.layer_stack import LayerStack, check_architecture, check_layer_stack
 from specli.lean.decoder import LeanDecoder
 from specli.lean.head import LeanHead
@@ -53,7 +54,6 @@ from specli.settings import (
     settings_from,
 )
 from specli.static_cache import STATIC_DEFAULT_LENGTH, static_cache_problem
-from specli.stopping import StopCriteria
 from specli.text import IncrementalDecoder
 from specli.threads import AUTO, BusyProbe, apply_threads
 

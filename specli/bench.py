@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from specli import __version__
+from specli.engine.events import Stats
 from specli.errors import UsageError
-from specli.events import Stats
 from specli.prompt_input import record_prompt
 from specli.render.words import count
 

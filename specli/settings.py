@@ -23,7 +23,7 @@ from specli.errors import UsageError
 from specli.presets import MAX_DRAFT_TOKENS, GenerationSpec, Preset, SpeculationSpec
 
 if TYPE_CHECKING:
-    from specli.sampling import SamplingConfig
+    from specli.engine.sampling import SamplingConfig
 
 STRATEGIES: tuple[str, ...] = get_args(Preset.model_fields["strategy"].annotation)
 MODEL_FREE_STRATEGIES = ("lookup", "self", "none")  # need no drafter model
@@ -107,7 +107,7 @@ class Settings:
     @property
     def sampling(self) -> SamplingConfig:
         """temperature, top-k, top-p and min-p as the engine's SamplingConfig."""
-        from specli.sampling import SamplingConfig  # imports torch; this module must not
+        from specli.engine.sampling import SamplingConfig  # imports torch; this module must not
 
         return SamplingConfig(
             temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p

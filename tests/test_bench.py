@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from specli import bench as b
 from specli.cli import app
+from specli.engine.events import Stats, expected_acceptance_length
 from specli.errors import UsageError
-from specli.events import Stats, expected_acceptance_length
 from specli.settings import resolve_settings
 
 SPEC_BENCH = (
@@ -299,8 +299,8 @@ def test_bench_off_a_terminal_says_how_far_it_is(bench_json):
 
 def test_bench_reports_a_lossy_strategy_as_an_error(tiny_pair, monkeypatch):
     """If verification were wrong, the greedy identity check must catch it and fail the run."""
-    import specli.verify as verify
-    from specli.verify import Verdict
+    import specli.engine.verify as verify
+    from specli.engine.verify import Verdict
 
     def accept_everything(draft_ids, logits):
         k = draft_ids.shape[0]

@@ -28,8 +28,8 @@ from typer.testing import CliRunner
 import specli
 import specli.api
 from specli.cli import app
+from specli.engine.events import Round, TokenKind
 from specli.errors import UsageError
-from specli.events import Round, TokenKind
 from specli.presets import resolve_preset
 from specli.prompt_input import STEP_HINT, check_text, decode_prompt
 from specli.settings import resolve_settings

@@ -13,16 +13,16 @@ from test_lossless_sampling import exact_joint, g_test_pvalue
 from test_parallel_drafting import make_pard, make_peagle
 
 from specli.cached_lm import CachedLM
-from specli.draft_length import PRIOR_ACCEPT, VERIFY_SLOPE, WARMUP_ROUNDS, DraftLength
 from specli.drafters.draft_model import DraftModelDrafter
 from specli.drafters.eagle import EagleDrafter
 from specli.drafters.prompt_lookup import PromptLookupDrafter
 from specli.drafters.self_speculative import SelfSpeculativeDrafter
-from specli.engine import EngineConfig, generate_rounds
-from specli.events import expected_acceptance_length
+from specli.engine.draft_length import PRIOR_ACCEPT, VERIFY_SLOPE, WARMUP_ROUNDS, DraftLength
+from specli.engine.events import expected_acceptance_length
+from specli.engine.loop import EngineConfig, generate_rounds
+from specli.engine.sampling import SamplingConfig
+from specli.engine.stopping import StopCriteria
 from specli.layer_stack import LayerStack
-from specli.sampling import SamplingConfig
-from specli.stopping import StopCriteria
 
 # --------------------------------------------------------------------------- the controller
 

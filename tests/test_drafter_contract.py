@@ -25,10 +25,10 @@ from transformers.generation.logits_process import (
 from specli.cached_lm import CachedLM
 from specli.drafters.draft_model import DraftModelDrafter
 from specli.drafters.self_speculative import SelfSpeculativeDrafter
-from specli.engine import EngineConfig, generate_rounds
+from specli.engine.loop import EngineConfig, generate_rounds
+from specli.engine.sampling import SamplingConfig
+from specli.engine.stopping import StopCriteria
 from specli.layer_stack import LayerStack
-from specli.sampling import SamplingConfig
-from specli.stopping import StopCriteria
 
 V = 24
 PROMPT = [3, 17, 5, 9, 1, 12]

@@ -22,14 +22,14 @@ from specli.cached_lm import CachedLM
 from specli.cli import app
 from specli.drafters.eagle import EagleDrafter
 from specli.eagle_head import EagleHead, HeadCache, init_weights
-from specli.engine import EngineConfig, generate_rounds
+from specli.engine.events import TokenKind
+from specli.engine.loop import EngineConfig, generate_rounds
+from specli.engine.sampling import SamplingConfig
+from specli.engine.stopping import StopCriteria
 from specli.errors import ModelLoadError
-from specli.events import TokenKind
 from specli.head_formats import save_head
 from specli.render.explain import ExplainView
 from specli.render.live import TokenView
-from specli.sampling import SamplingConfig
-from specli.stopping import StopCriteria
 from specli.training.eagle import head_config, set_vocabulary
 
 ARCHS = ["llama", "qwen2", "qwen3"]

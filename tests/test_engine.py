@@ -7,8 +7,8 @@ import torch
 from conftest import OLD_SLIDING_CACHE, make_model, save_model
 
 import specli
+from specli.engine.events import StopReason, TokenKind
 from specli.errors import SpecliError
-from specli.events import StopReason, TokenKind
 
 ARCHS = ["llama", "qwen2", "gpt2", "mistral", "gemma", "opt"]
 PROMPTS = ["def fibonacci(n):", "The quick brown fox", "import os\nfor i in range(10):\n    print("]

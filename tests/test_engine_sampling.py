@@ -13,10 +13,10 @@ import pytest
 import torch
 from scipy.stats import power_divergence
 
-from specli.drafters.base import Proposal
-from specli.engine import EngineConfig, generate_rounds
-from specli.sampling import SamplingConfig
-from specli.stopping import StopCriteria
+from specli.engine.drafter import Proposal
+from specli.engine.loop import EngineConfig, generate_rounds
+from specli.engine.sampling import SamplingConfig
+from specli.engine.stopping import StopCriteria
 
 P = torch.tensor([0.1, 0.2, 0.3, 0.4])  # the target's distribution at every position
 Q = torch.tensor(  # the drafter's at the 1st, 2nd, 3rd drafted position of a round

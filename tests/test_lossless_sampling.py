@@ -21,11 +21,11 @@ from transformers.generation.logits_process import (
 )
 
 from specli.cached_lm import CachedLM
-from specli.drafters.base import Proposal
 from specli.drafters.draft_model import DraftModelDrafter
-from specli.engine import EngineConfig, generate_rounds
-from specli.sampling import SamplingConfig, process_logits
-from specli.stopping import StopCriteria
+from specli.engine.drafter import Proposal
+from specli.engine.loop import EngineConfig, generate_rounds
+from specli.engine.sampling import SamplingConfig, process_logits
+from specli.engine.stopping import StopCriteria
 
 V = 8
 PROMPT = [1, 5, 2, 7, 3]

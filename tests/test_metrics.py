@@ -11,11 +11,11 @@ import statistics
 import pytest
 import torch
 
-from specli.drafters.base import Proposal
-from specli.engine import EngineConfig, generate_rounds
-from specli.events import Round, Stats, StopReason, TokenKind, expected_acceptance_length
-from specli.sampling import SamplingConfig
-from specli.stopping import StopCriteria
+from specli.engine.drafter import Proposal
+from specli.engine.events import Round, Stats, StopReason, TokenKind, expected_acceptance_length
+from specli.engine.loop import EngineConfig, generate_rounds
+from specli.engine.sampling import SamplingConfig
+from specli.engine.stopping import StopCriteria
 
 V = 16  # vocabulary of the stand-in models
 K = 4

@@ -14,7 +14,7 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-from specli.sampling import SamplingConfig, process_logits, sample
+from specli.engine.sampling import SamplingConfig, process_logits, sample
 
 
 @pytest.mark.parametrize(

@@ -31,8 +31,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from typer.testing import CliRunner
 
 from specli.cli import app as cli_app
+from specli.engine.events import Round, StopReason, TokenKind
 from specli.errors import UsageError
-from specli.events import Round, StopReason, TokenKind
 from specli.loading import embedded_dir
 
 KEY = "test-key-7f3a"

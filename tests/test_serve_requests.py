@@ -19,8 +19,8 @@ from fastapi.testclient import TestClient
 
 import specli
 import specli.api
-from specli.draft_length import DraftLength
-from specli.sampling import SamplingConfig
+from specli.engine.draft_length import DraftLength
+from specli.engine.sampling import SamplingConfig
 from specli.serve import ServeConfig, create_app
 
 PROMPT = "def fibonacci(n):"

@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 
-from specli.events import Round, StopReason, TokenKind
+from specli.engine.events import Round, StopReason, TokenKind
 from specli.serve.stops import StopTrimmer
 from specli.serve.worker import Finished, Job, Worker
 from specli.settings import resolve_settings

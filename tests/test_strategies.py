@@ -13,11 +13,11 @@ from specli.api import Pair
 from specli.cached_lm import CachedLM
 from specli.drafters.prompt_lookup import PromptLookupDrafter
 from specli.drafters.self_speculative import SelfSpeculativeDrafter
-from specli.engine import EngineConfig, generate_rounds
+from specli.engine.loop import EngineConfig, generate_rounds
+from specli.engine.sampling import SamplingConfig
+from specli.engine.stopping import StopCriteria
 from specli.errors import SpecliError, UsageError
 from specli.layer_stack import LayerStack
-from specli.sampling import SamplingConfig
-from specli.stopping import StopCriteria
 
 # --------------------------------------------------------------------------- greedy identity
 

@@ -13,9 +13,9 @@ import specli
 from specli.api import Pair
 from specli.drafters.prompt_lookup import PromptLookupDrafter
 from specli.drafters.suffix_index import SuffixIndex
+from specli.engine.sampling import SamplingConfig
 from specli.presets import ModelSpec, Preset, SpeculationSpec, resolve_preset
 from specli.render.explain import ExplainView
-from specli.sampling import SamplingConfig
 from specli.settings import LOOKUP_DRAFT_TOKENS, resolve_settings
 
 # --------------------------------------------------------------------------- brute force

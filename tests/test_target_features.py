@@ -9,10 +9,10 @@ import torch
 from conftest import make_model
 
 from specli.cached_lm import CachedLM
-from specli.drafters.base import Proposal, ReadsTargetFeatures
-from specli.engine import EngineConfig, generate_rounds
-from specli.sampling import SamplingConfig
-from specli.stopping import StopCriteria
+from specli.engine.drafter import Proposal, ReadsTargetFeatures
+from specli.engine.loop import EngineConfig, generate_rounds
+from specli.engine.sampling import SamplingConfig
+from specli.engine.stopping import StopCriteria
 
 
 class FeatureRecorder:

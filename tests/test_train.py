@@ -217,7 +217,7 @@ def test_training_json_has_the_recipe_and_the_engine_measurement(tiny_pair, file
     assert "none" in report["measurement"]["results"] and trained["num_draft_tokens"] == 3
     assert report["measurement"]["results"]["compare"]["drafted"] > 0  # --compare-with: the draft model
     pair = specli.load(target=str(tiny_pair[0]), draft=str(out), strategy="eagle", device="cpu", threads=None)
-    stats = specli.events.Stats()
+    stats = specli.Stats()
     for prompt in PROMPTS:
         for r in pair.stream(prompt, max_new_tokens=10, temperature=0.0, num_draft_tokens=3, fixed_k=True):
             stats.observe(r)

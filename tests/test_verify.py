@@ -6,7 +6,12 @@ import pytest
 import torch
 from scipy.stats import power_divergence
 
-from specli.verify import acceptance_probabilities, residual_distribution, verify_greedy, verify_sampling
+from specli.engine.verify import (
+    acceptance_probabilities,
+    residual_distribution,
+    verify_greedy,
+    verify_sampling,
+)
 
 P = torch.tensor([0.6, 0.3, 0.1])
 Q = torch.tensor([0.5, 0.4, 0.1])

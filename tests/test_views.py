@@ -20,12 +20,12 @@ from rich.text import Text
 from typer.testing import CliRunner
 
 from specli.cli import app
-from specli.events import Round, StopReason, TokenKind, expected_acceptance_length
+from specli.engine.events import Round, StopReason, TokenKind, expected_acceptance_length
+from specli.engine.sampling import SamplingConfig, process_logits
+from specli.engine.verify import residual_distribution, token_distribution, verify_sampling
 from specli.render.explain import ExplainView, prob, token_label
 from specli.render.live import TokenView
 from specli.render.styles import KIND_STYLES, visible
-from specli.sampling import SamplingConfig, process_logits
-from specli.verify import residual_distribution, token_distribution, verify_sampling
 
 PROMPT = "def fibonacci(n):"
 ANSI = "\x1b"
@@ -551,7 +551,7 @@ def test_no_color_loading_bar_has_no_colour():
 
 def test_counts_agree_in_number(tokenizer):
     """Bug: "1 rounds". Every count printed by the views agrees with its number."""
-    from specli.events import Stats
+    from specli.engine.events import Stats
     from specli.render.plain import summary_line
 
     stats = Stats(rounds=1, tokens=1, elapsed=0.5)

@@ -13,8 +13,8 @@ from typing import Any
 import torch
 
 from specli.cached_lm import CachedLM
-from specli.drafters.base import Drafts, Proposal
-from specli.sampling import SamplingConfig
+from specli.engine.drafter import Drafts, Proposal
+from specli.engine.sampling import SamplingConfig
 
 MASK_TOKEN_KEYS = ("pard_token", "ptd_token_id")  # config keys naming a parallel drafter's mask token
 PARALLEL_K_KEY = "para_num"  # the drafts per forward a parallel drafter was trained for, when recorded

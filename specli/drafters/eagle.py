@@ -26,11 +26,11 @@ from typing import Any
 
 import torch
 
-from specli.drafters.base import Drafts, Proposal
 from specli.eagle_head import EagleHead, HeadCache
+from specli.engine.drafter import Drafts, Proposal
+from specli.engine.sampling import SamplingConfig
 from specli.lean.core import LeanKV
 from specli.lean.head import LeanHead
-from specli.sampling import SamplingConfig
 
 
 class EagleDrafter:

@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from specli.drafters.base import Proposal
 from specli.drafters.suffix_index import Continuation, SuffixIndex
-from specli.sampling import SamplingConfig
+from specli.engine.drafter import Proposal
+from specli.engine.sampling import SamplingConfig
 
 
 def draft_info(drafted: list[Continuation], context_length: int) -> dict[str, Any]:

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import torch
 
-from specli.drafters.base import Drafts, Proposal
+from specli.engine.drafter import Drafts, Proposal
+from specli.engine.sampling import SamplingConfig
 from specli.layer_stack import LayerStack
-from specli.sampling import SamplingConfig
 
 
 class SelfSpeculativeDrafter:

@@ -13,7 +13,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from specli.events import Round, Stats, TokenKind, expected_acceptance_length
+from specli.engine.events import Round, Stats, TokenKind, expected_acceptance_length
 from specli.render.plain import draft_words
 from specli.render.styles import KIND_STYLES, shown
 from specli.render.words import count, head_name, stop_text

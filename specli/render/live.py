@@ -14,7 +14,7 @@ from rich.measure import Measurement
 from rich.segment import Segment
 from rich.text import Text
 
-from specli.events import Round, Stats, TokenKind
+from specli.engine.events import Round, Stats, TokenKind
 from specli.render.plain import draft_words, strategy_label
 from specli.render.styles import KIND_LABELS, KIND_STYLES, visible
 from specli.render.words import count, drafter_note, stop_text

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from specli.events import Round, Stats
+from specli.engine.events import Round, Stats
 from specli.render.words import count
 
 

@@ -8,7 +8,7 @@ import re
 from rich.style import Style
 from rich.text import Text
 
-from specli.events import TokenKind
+from specli.engine.events import TokenKind
 
 KIND_STYLES: dict[TokenKind, Style] = {
     TokenKind.ACCEPTED: Style(color="#56B4E9"),  # sky blue, plain

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specli.events import StopReason
+from specli.engine.events import StopReason
 
 
 def count(n: int, singular: str, plural: str | None = None) -> str:

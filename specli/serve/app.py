@@ -24,8 +24,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import Receive, Scope, Send
 
+from specli.engine.events import Round
 from specli.errors import UsageError
-from specli.events import Round
 from specli.render.words import count
 from specli.serve.auth import require_key
 from specli.serve.body import MAX_BODY_BYTES, read_json

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from specli.events import Stats, StopReason
+from specli.engine.events import Stats, StopReason
 from specli.render.plain import summary_line
 from specli.render.words import count
 

@@ -18,8 +18,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from specli.engine.events import Round, Stats
 from specli.errors import UsageError
-from specli.events import Round, Stats
 from specli.serve.errors import one_line
 from specli.serve.report import Outcome, finish_reason
 

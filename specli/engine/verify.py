@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from specli.sampling import SamplingConfig, process_logits, sample
+from specli.engine.sampling import SamplingConfig, process_logits, sample
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from specli.events import StopReason
+from specli.engine.events import StopReason
 
 Decode = Callable[[list[int]], str]
 

@@ -14,7 +14,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # events stay importable without torch
-    from specli.verify import Verdict
+    from specli.engine.verify import Verdict
 
 
 class TokenKind(str, Enum):

@@ -1,4 +1,5 @@
-"""The drafter protocol (docs/design.md §7): every strategy is one file implementing it.
+"""The drafter protocol the engine calls (docs/design.md §7); each strategy in `specli.drafters` is one
+file implementing it.
 
 The engine owns the target; a drafter owns whatever it needs to propose tokens (a model and its cache,
 an n-gram index, ...). Per generation the engine calls `reset(prompt_ids)`; per round `propose(k)` and
@@ -15,7 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from specli.sampling import SamplingConfig, choose, confident
+from specli.engine.sampling import SamplingConfig, choose, confident
 
 
 @dataclass
