@@ -20,7 +20,7 @@ import torch
 import specli
 from specli import bench as b
 from specli.drafters.eagle import EagleDrafter
-from specli.eagle_head import EagleHead
+from specli.models.eagle_head import EagleHead
 
 
 def run(strategy: str, draft: str | None, prompts: int, timed: bool) -> None:

@@ -21,9 +21,9 @@ from tiny_figures import function_prompts
 
 import specli
 from specli import bench
-from specli.eagle_head import EagleHead
-from specli.head_formats import load_head, save_head
-from specli.model_dirs import embedded_model
+from specli.models.eagle_head import EagleHead
+from specli.models.head_formats import load_head, save_head
+from specli.models.model_dirs import embedded_model
 from specli.training.corpus import load_corpus
 from specli.training.eagle import set_vocabulary
 from specli.training.tiny import encode_stream

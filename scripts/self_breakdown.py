@@ -18,7 +18,7 @@ import torch
 
 import specli
 from specli import bench as b
-from specli.layer_stack import LayerStack
+from specli.models.layer_stack import LayerStack
 
 
 def main() -> None:

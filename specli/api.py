@@ -10,7 +10,7 @@ settings = pair.settings(temperature=0.7, seed=1)  # the same settings, resolved
 pair.generate("Hello", settings=settings)
 
 `load` runs in four steps: sources (what to load, arguments over the preset) -> checks (configs and
-tokenizers only) -> plan (memory and GPUs, `specli.plan`) -> weights.
+tokenizers only) -> plan (memory and GPUs, `specli.models.plan`) -> weights.
 """
 
 from __future__ import annotations
@@ -23,8 +23,6 @@ from typing import Any
 
 import torch
 
-from specli import head_formats, loading, plan
-from specli.cached_lm import CachedLM, check_sliding_rollback, synchronize
 from specli.drafters.draft_model import (
     PARALLEL_K_DEFAULT,
     DraftModelDrafter,
@@ -34,17 +32,20 @@ from specli.drafters.draft_model import (
 from specli.drafters.eagle import EagleDrafter
 from specli.drafters.prompt_lookup import PromptLookupDrafter
 from specli.drafters.self_speculative import SelfSpeculativeDrafter
-from specli.eagle_head import EagleHead
 from specli.engine.drafter import Drafter, ReadsTargetFeatures
 from specli.engine.events import Round, Stats
 from specli.engine.loop import EngineConfig, generate_rounds
 from specli.engine.stopping import StopCriteria
 from specli.errors import UsageError
-from specli.layer_stack import LayerStack, check_architecture, check_layer_stack
-from specli.lean.decoder import LeanDecoder
-from specli.lean.head import LeanHead
-from specli.placement import Placement
-from specli.plan import ModelToLoad
+from specli.models import head_formats, loading, plan
+from specli.models.cached_lm import CachedLM, check_sliding_rollback, synchronize
+from specli.models.eagle_head import EagleHead
+from specli.models.layer_stack import LayerStack, check_architecture, check_layer_stack
+from specli.models.own_forward.decoder import LeanDecoder
+from specli.models.own_forward.head import LeanHead
+from specli.models.placement import Placement
+from specli.models.plan import ModelToLoad
+from specli.models.static_cache import STATIC_DEFAULT_LENGTH, static_cache_problem
 from specli.presets import GenerationSpec, Preset, SpeculationSpec, resolve_preset
 from specli.settings import (
     Settings,
@@ -53,7 +54,6 @@ from specli.settings import (
     preset_speculation,
     settings_from,
 )
-from specli.static_cache import STATIC_DEFAULT_LENGTH, static_cache_problem
 from specli.text import IncrementalDecoder
 from specli.threads import AUTO, BusyProbe, apply_threads
 

@@ -262,8 +262,8 @@ def measure(
     settings = bench.for_strategy(strategy).replace(seed=bench.base_seed + repeat)
     if k is not None:  # a sweep measures each k as such: every round drafts k
         settings = settings.replace(num_draft_tokens=k, fixed_k=True)
-    from specli.cached_lm import synchronize
-    from specli.static_cache import compiled_graphs
+    from specli.models.cached_lm import synchronize
+    from specli.models.static_cache import compiled_graphs
 
     stats = Stats()
     output: list[int] = []
@@ -768,7 +768,7 @@ def transformers_generate(
     seconds, CUDA synchronised at both ends)."""
     import torch
 
-    from specli.cached_lm import synchronize
+    from specli.models.cached_lm import synchronize
 
     device = pair.target.device
     ids = torch.tensor([prompt_ids], device=device)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from specli.errors import UsageError
-from specli.model_dirs import EMBEDDED_PREFIX, embedded_model, read_config
+from specli.models.model_dirs import EMBEDDED_PREFIX, embedded_model, read_config
 from specli.presets import ModelSpec, Preset, resolve_preset
 from specli.settings import Settings, check_strategy, resolve_settings
 
@@ -38,12 +38,12 @@ DrafterKind = Literal["model", "pard", "eagle1", "eagle3", "peagle"]
 HEAD_KINDS = ("eagle1", "eagle3", "peagle")
 
 # Config keys naming a parallel drafter's mask token; the same keys as specli.drafters.draft_model's
-# MASK_TOKEN_KEYS and specli.head_formats (not imported: both import torch; tests check they agree).
+# MASK_TOKEN_KEYS and specli.models.head_formats (not imported: both import torch; tests check they agree).
 _MASK_KEYS = ("pard_token", "ptd_token_id")
 _PARALLEL_K_KEY, _PARALLEL_K_DEFAULT = "para_num", 8  # a PARD drafter's trained k (draft_model.py)
 
-# The hub drafters the shipped presets name, as the presets' notes and specli.memory.KNOWN_HEADS describe
-# them (PARD: pard_token; RedHatAI heads: speculators eagle3; AWS P-EAGLE: SafeAILab layout with
+# The hub drafters the shipped presets name, as the presets' notes and specli.models.memory.KNOWN_HEADS
+# describe them (PARD: pard_token; RedHatAI heads: speculators eagle3; AWS P-EAGLE: SafeAILab layout with
 # ptd_token_id), so exporting a preset needs no download: (kind, head layout).
 KNOWN_DRAFTERS: Mapping[str, tuple[DrafterKind, str | None]] = {
     "meta-llama/Llama-3.2-1B-Instruct": ("model", None),
@@ -180,7 +180,7 @@ def _cached_config(repo_id: str) -> dict[str, Any] | None:
 
 
 def _looks_like_path(name: str) -> bool:
-    """A name that can only be a folder (as specli.loading tells paths from hub ids)."""
+    """A name that can only be a folder (as specli.models.loading tells paths from hub ids)."""
     return os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or "\\" in name
 
 

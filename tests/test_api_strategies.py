@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 import specli
-from specli import memory
 from specli.errors import SpecliError, UsageError
+from specli.models import memory
 
 PROMPT = "def fibonacci(n):"
 TOKENS = 40

@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from specli import __version__
 from specli.cli import app
 from specli.errors import PresetError, UsageError
-from specli.memory import PLAN_CONTEXT, preset_context
+from specli.models.memory import PLAN_CONTEXT, preset_context
 from specli.presets import available_presets, load_preset_file, preset_to_dict
 
 PROMPT = "def fibonacci(n):"

@@ -20,10 +20,10 @@ from typer.testing import CliRunner
 
 import specli
 from specli.api import Pair
-from specli.cached_lm import CachedLM
 from specli.cli import app
 from specli.errors import UsageError
-from specli.static_cache import StaticKV, capacity_for, static_cache_problem
+from specli.models.cached_lm import CachedLM
+from specli.models.static_cache import StaticKV, capacity_for, static_cache_problem
 
 PROMPTS = ["def fibonacci(n):", "import os\nfor i in range(10):\n    print("]
 N = 21  # tokens per generation
@@ -255,7 +255,7 @@ def test_warm_up_builds_every_graph_the_rounds_use(tiny_pair, dynamo_eager):
     chosen per round or fixed), the drafter's steps, plain steps. Fails when a length or a variant
     (the drafter's last-position steps, the verify's full logits) is left for the rounds to compile.
     lean=False: the draft model's compiled forward drafts (with its lean step, nothing of it compiles)."""
-    from specli.static_cache import compiled_graphs
+    from specli.models.static_cache import compiled_graphs
 
     target_dir, draft_dir = tiny_pair
     pair = specli.load(
@@ -283,7 +283,7 @@ def test_warm_up_builds_every_graph_the_rounds_use(tiny_pair, dynamo_eager):
 
 
 def test_warm_up_builds_the_verify_with_hidden_states_for_eagle(dynamo_eager):
-    from specli.static_cache import compiled_graphs
+    from specli.models.static_cache import compiled_graphs
 
     pair = specli.load(
         strategy="eagle", draft="embedded:tiny-eagle3", device="cpu", threads=None, compile=True
@@ -360,7 +360,7 @@ def test_models_without_a_rewindable_static_cache_are_named(tokenizer):
 
 
 def test_strategy_self_is_refused_before_weights_load(tiny_pair, monkeypatch):
-    from specli import loading
+    from specli.models import loading
 
     monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
     with pytest.raises(UsageError, match="strategy 'self'"):

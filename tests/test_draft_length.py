@@ -12,7 +12,6 @@ from test_eagle import make_head, reference
 from test_lossless_sampling import exact_joint, g_test_pvalue
 from test_parallel_drafting import make_pard, make_peagle
 
-from specli.cached_lm import CachedLM
 from specli.drafters.draft_model import DraftModelDrafter
 from specli.drafters.eagle import EagleDrafter
 from specli.drafters.prompt_lookup import PromptLookupDrafter
@@ -22,7 +21,8 @@ from specli.engine.events import expected_acceptance_length
 from specli.engine.loop import EngineConfig, generate_rounds
 from specli.engine.sampling import SamplingConfig
 from specli.engine.stopping import StopCriteria
-from specli.layer_stack import LayerStack
+from specli.models.cached_lm import CachedLM
+from specli.models.layer_stack import LayerStack
 
 # --------------------------------------------------------------------------- the controller
 

@@ -22,13 +22,13 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-from specli.cached_lm import CachedLM
 from specli.drafters.draft_model import DraftModelDrafter
 from specli.drafters.self_speculative import SelfSpeculativeDrafter
 from specli.engine.loop import EngineConfig, generate_rounds
 from specli.engine.sampling import SamplingConfig
 from specli.engine.stopping import StopCriteria
-from specli.layer_stack import LayerStack
+from specli.models.cached_lm import CachedLM
+from specli.models.layer_stack import LayerStack
 
 V = 24
 PROMPT = [3, 17, 5, 9, 1, 12]

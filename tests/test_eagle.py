@@ -18,16 +18,16 @@ from transformers import AutoModelForCausalLM
 from typer.testing import CliRunner
 
 import specli
-from specli.cached_lm import CachedLM
 from specli.cli import app
 from specli.drafters.eagle import EagleDrafter
-from specli.eagle_head import EagleHead, HeadCache, init_weights
 from specli.engine.events import TokenKind
 from specli.engine.loop import EngineConfig, generate_rounds
 from specli.engine.sampling import SamplingConfig
 from specli.engine.stopping import StopCriteria
 from specli.errors import ModelLoadError
-from specli.head_formats import save_head
+from specli.models.cached_lm import CachedLM
+from specli.models.eagle_head import EagleHead, HeadCache, init_weights
+from specli.models.head_formats import save_head
 from specli.render.explain import ExplainView
 from specli.render.live import TokenView
 from specli.training.eagle import head_config, set_vocabulary
@@ -357,7 +357,7 @@ def test_a_llama3_scaled_rope_head_rotates_as_transformers_and_round_trips(tmp_p
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
-    from specli.head_formats import load_head
+    from specli.models.head_formats import load_head
 
     scaling = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 64, "rope_type": "llama3"}  # fmt: skip

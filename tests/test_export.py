@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from specli import export as ex
 from specli.cli import app
 from specli.errors import UsageError
-from specli.model_dirs import embedded_dir
+from specli.models.model_dirs import embedded_dir
 from specli.presets import available_presets, load_preset_file
 
 SHIPPED = sorted(available_presets())
@@ -525,7 +525,7 @@ def test_pard_named_on_the_command_line_brings_its_own_k():
 def _own_k(data: dict) -> int:
     """The k specli drafts with a P-EAGLE head named by --draft (api.Pair.parallel_draft_tokens)."""
     from specli.drafters.draft_model import PARALLEL_K_DEFAULT
-    from specli.head_formats import config_from_dict
+    from specli.models.head_formats import config_from_dict
 
     return config_from_dict(data, target_layers=8).extra.get("speculative_tokens") or PARALLEL_K_DEFAULT
 
@@ -594,7 +594,7 @@ def test_kinds_agree_with_the_loaders():
     from transformers import AutoConfig
 
     from specli.drafters.draft_model import MASK_TOKEN_KEYS, parallel_mask_token
-    from specli.head_formats import config_from_dict, detect_layout
+    from specli.models.head_formats import config_from_dict, detect_layout
 
     assert set(MASK_TOKEN_KEYS) == set(ex._MASK_KEYS)
     seen = set()
@@ -627,7 +627,7 @@ SAFEAILAB_HEAD = {  # a SafeAILab-layout EAGLE-3 head (a Llama config plus draft
 
 @pytest.mark.parametrize("mask", [None, "ptd_token_id", "pard_token"])
 def test_safeailab_heads_parallel_or_not_as_the_loader_reads_them(tmp_path, mask):
-    from specli.head_formats import config_from_dict
+    from specli.models.head_formats import config_from_dict
 
     data = dict(SAFEAILAB_HEAD, **({mask: 383} if mask else {}))
     head = config_from_dict(data, target_layers=8)

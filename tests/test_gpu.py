@@ -11,10 +11,10 @@ import pytest
 import torch
 
 import specli
-from specli import loading
 from specli.api import Pair
-from specli.cached_lm import CachedLM
-from specli.head_formats import load_head
+from specli.models import loading
+from specli.models.cached_lm import CachedLM
+from specli.models.head_formats import load_head
 
 pytestmark = [
     pytest.mark.gpu,

@@ -1,7 +1,7 @@
-"""specli.head_formats: EAGLE heads of every layout (speculators, specli eagle1, SafeAILab as safetensors
-and as pytorch_model.bin) built here with random weights, written to disk and loaded through the user's
-path (local folder and an offline hub cache); heads that do not fit the target are refused before any
-weights file is opened. Offline, CPU, tiny models."""
+"""specli.models.head_formats: EAGLE heads of every layout (speculators, specli eagle1, SafeAILab as
+safetensors and as pytorch_model.bin) built here with random weights, written to disk and loaded through
+the user's path (local folder and an offline hub cache); heads that do not fit the target are refused
+before any weights file is opened. Offline, CPU, tiny models."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from conftest import make_model, save_model
 from safetensors.torch import save_file
 from test_loading import lay_out_hub_cache
 
-from specli import loading
-from specli.eagle_head import EagleHead, HeadCache, HeadConfig, default_aux_layers, init_weights
 from specli.errors import ModelLoadError, UsageError
-from specli.head_formats import (
+from specli.models import loading
+from specli.models.eagle_head import EagleHead, HeadCache, HeadConfig, default_aux_layers, init_weights
+from specli.models.head_formats import (
     check_head,
     config_to_dict,
     head_parameter_bytes,
@@ -29,7 +29,7 @@ from specli.head_formats import (
     refuse_head_as_model,
     save_head,
 )
-from specli.model_dirs import read_config
+from specli.models.model_dirs import read_config
 
 LAYERS, HIDDEN, DRAFT_VOCAB = 6, 64, 100
 REPO_PRESETS = Path(__file__).resolve().parent.parent / "presets"

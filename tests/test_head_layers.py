@@ -23,13 +23,13 @@ from test_eagle import (
 )
 from test_parallel_drafting import independent_peagle_drafts
 
-from specli.cached_lm import CachedLM
 from specli.drafters.eagle import EagleDrafter
-from specli.eagle_head import EagleHead, HeadCache, init_weights
 from specli.engine.loop import EngineConfig, generate_rounds
 from specli.engine.stopping import StopCriteria
 from specli.errors import ModelLoadError
-from specli.head_formats import config_to_dict, head_parameter_bytes, load_head, save_head
+from specli.models.cached_lm import CachedLM
+from specli.models.eagle_head import EagleHead, HeadCache, init_weights
+from specli.models.head_formats import config_to_dict, head_parameter_bytes, load_head, save_head
 from specli.training.eagle import head_config, set_vocabulary
 
 LAYERS = 3

@@ -12,10 +12,10 @@ from test_engine import reference
 from test_head_layers import LLAMA3_ROPE, make_deep_head
 
 import specli
-from specli.eagle_head import HeadCache
-from specli.lean.core import MIN_CAPACITY, LeanKV, causal_mask
-from specli.lean.decoder import LeanDecoder, LeanUnsupported
-from specli.lean.head import LeanHead
+from specli.models.eagle_head import HeadCache
+from specli.models.own_forward.core import MIN_CAPACITY, LeanKV, causal_mask
+from specli.models.own_forward.decoder import LeanDecoder, LeanUnsupported
+from specli.models.own_forward.head import LeanHead
 from specli.training.eagle import head_config
 
 VOCAB = 384
@@ -139,7 +139,7 @@ def heads_for(target):
     """eagle1, eagle3 (1 and 3 layers, GQA, norm before residual, Llama 3 rope) and P-EAGLE heads."""
     from dataclasses import replace
 
-    from specli.eagle_head import EagleHead, init_weights
+    from specli.models.eagle_head import EagleHead, init_weights
 
     eagle1 = init_weights(EagleHead(head_config(target, "eagle1", VOCAB, 96)), std=0.05, seed=1).eval()
     yield "eagle1", eagle1
@@ -154,7 +154,7 @@ def heads_for(target):
 
 def replace_head(head, config):
     """A head of `config` with random weights (the shapes change with it)."""
-    from specli.eagle_head import EagleHead, init_weights
+    from specli.models.eagle_head import EagleHead, init_weights
 
     return init_weights(EagleHead(config), std=0.05, seed=4).eval()
 

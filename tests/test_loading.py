@@ -1,4 +1,4 @@
-"""specli.loading: device/dtype resolution, model sources (local folder, offline hub cache), weight
+"""specli.models.loading: device/dtype resolution, model sources (local folder, offline hub cache), weight
 safety, quantized loads, tokenizer agreement and model facts. Offline, CPU, tiny models."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 import torch
 from conftest import build_tokenizer, make_model, save_model
 
-from specli import loading
 from specli.errors import ModelLoadError, SpecliError, UsageError
+from specli.models import loading
 
 HASH = "0123456789abcdef0123456789abcdef01234567"
 needs_no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA messages")
@@ -645,8 +645,8 @@ def test_configs_and_tokenizers_come_before_any_weights(monkeypatch, tiny_pair):
 
 def test_no_weights_move_when_the_pair_does_not_fit(monkeypatch, tiny_pair):
     import specli
-    from specli import memory
     from specli.errors import SpecliError
+    from specli.models import memory
 
     target, draft = tiny_pair
     calls = _serve_from_hub(monkeypatch, {"org/target": target, "org/draft": draft})

@@ -20,12 +20,12 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-from specli.cached_lm import CachedLM
 from specli.drafters.draft_model import DraftModelDrafter
 from specli.engine.drafter import Proposal
 from specli.engine.loop import EngineConfig, generate_rounds
 from specli.engine.sampling import SamplingConfig, process_logits
 from specli.engine.stopping import StopCriteria
+from specli.models.cached_lm import CachedLM
 
 V = 8
 PROMPT = [1, 5, 2, 7, 3]

@@ -13,9 +13,9 @@ from conftest import make_model, save_model
 from typer.testing import CliRunner
 
 import specli
-from specli import memory
 from specli.cli import app
 from specli.errors import SpecliError
+from specli.models import memory
 from specli.presets import available_presets, load_preset_file
 
 # Total safetensors bytes of the bfloat16 checkpoints on the Hugging Face Hub (facts, 2026-11).
@@ -272,7 +272,7 @@ def test_shape_reads_the_context_and_caps_the_kv_cache_with_it():
 
 
 def _config_of(name: str) -> dict:
-    from specli.model_dirs import embedded_dir, read_config
+    from specli.models.model_dirs import embedded_dir, read_config
 
     return read_config(embedded_dir() / name)
 
@@ -306,8 +306,8 @@ def test_load_time_fit_check_uses_the_models_context(monkeypatch):
     512-token tiny pair."""
     import torch
 
-    from specli import plan
-    from specli.model_dirs import embedded_dir
+    from specli.models import plan
+    from specli.models.model_dirs import embedded_dir
 
     models = [plan.ModelToLoad(n, folder=embedded_dir() / n) for n in ("tiny-target", "tiny-draft")]
     needs = plan.estimate_needs(models, torch.device("cpu"), trust_remote_code=False)
@@ -360,7 +360,7 @@ OPTION = re.compile(r"(?:Options that fit: |; )(.+?) needs about ([\d.]+) GB")
 
 def _config_folder(path, dims: dict, tokenizer_from: str | None = None):
     """A folder holding only a Llama config.json (no weights), and a tokenizer when the CLI is to read it."""
-    from specli.model_dirs import embedded_dir
+    from specli.models.model_dirs import embedded_dir
 
     path.mkdir(parents=True)
     config = {
@@ -385,7 +385,7 @@ def _hint(needs, device, available: float, also=()) -> str:
 
 def _apply(advice: str, models, device):
     """What the pair needs with the flags of one piece of advice, estimated as load would estimate it."""
-    from specli import plan
+    from specli.models import plan
 
     quant = re.search(r"--quant (\w+)", advice)
     changed = [
@@ -405,7 +405,7 @@ def test_every_option_offered_fits_when_its_flags_are_used(tmp_path, free_gb):
     estimate, fits the free memory and needs what the hint says; the pair itself does not fit."""
     import torch
 
-    from specli import plan
+    from specli.models import plan
 
     cpu = torch.device("cpu")
     models = [
@@ -470,7 +470,7 @@ def test_a_gpu_pair_is_offered_the_system_memory_only_when_it_fits_there(tmp_pat
     """Another device is advised with its estimate and cost, and only where the pair fits."""
     import torch
 
-    from specli import plan
+    from specli.models import plan
 
     models = [plan.ModelToLoad("8b", dtype="bfloat16", folder=_config_folder(tmp_path / "8b", LLAMA_8B))]
     gpu = torch.device("cuda", 0)
@@ -489,8 +489,8 @@ def test_split_over_gpus_offers_only_what_the_placement_holds(tmp_path, monkeypa
     """With several GPUs under --device auto the options are checked by the placement itself."""
     import torch
 
-    from specli import plan
-    from specli.placement import plan_placement
+    from specli.models import plan
+    from specli.models.placement import plan_placement
 
     models = [plan.ModelToLoad("8b", dtype="bfloat16", folder=_config_folder(tmp_path / "8b", LLAMA_8B))]
     free = [7e9, 7e9]

@@ -21,15 +21,15 @@ from test_eagle import (
 from test_lossless_sampling import exact_joint, g_test_pvalue
 
 import specli
-from specli.cached_lm import CachedLM
 from specli.drafters.draft_model import DraftModelDrafter, parallel_mask_token
 from specli.drafters.eagle import EagleDrafter
-from specli.eagle_head import EagleHead, HeadCache, init_weights
 from specli.engine.loop import EngineConfig, generate_rounds
 from specli.engine.sampling import SamplingConfig
 from specli.engine.stopping import StopCriteria
 from specli.errors import ModelLoadError
-from specli.head_formats import load_head, save_head
+from specli.models.cached_lm import CachedLM
+from specli.models.eagle_head import EagleHead, HeadCache, init_weights
+from specli.models.head_formats import load_head, save_head
 from specli.training.eagle import head_config, set_vocabulary
 
 PROMPTS = ([3, 44, 17, 250, 9, 81, 12], [7])

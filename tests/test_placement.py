@@ -13,9 +13,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
-from specli import api, loading, memory
+from specli import api
 from specli.errors import SpecliError
-from specli.placement import fill, plan_placement
+from specli.models import loading, memory
+from specli.models.placement import fill, plan_placement
 
 GB = 10**9
 

@@ -605,7 +605,7 @@ def test_list_marks_user_presets_and_the_shipped_ones_they_shadow(tmp_path, monk
 def test_show_names_the_context_its_estimate_plans_for(name, tokens):
     """The embedded pair holds 512 tokens: the estimate plans 512 and says so, in text and JSON.
     Bug caught: the label (and `estimated_memory_context`) saying 4096 whatever the estimate held."""
-    from specli import memory
+    from specli.models import memory
 
     preset = resolve_preset(name)
     assert memory.preset_context(preset, memory.PLAN_CONTEXT) == tokens

@@ -7,7 +7,7 @@ import io
 
 from rich.console import Console
 
-from specli import loading
+from specli.models import loading
 from specli.render.progress import Counted, clock, loading_progress, new_progress, time_left, tqdm_for
 
 

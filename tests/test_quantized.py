@@ -102,7 +102,7 @@ def test_4bit_load_on_cpu_says_nothing_about_bitsandbytes_kernels(folders):
     code = (
         "import sys, torch\n"
         "from pathlib import Path\n"
-        "from specli import loading\n"
+        "from specli.models import loading\n"
         "model = loading.load_model(Path(sys.argv[1]), device=torch.device('cpu'), dtype=torch.float32,"
         " quant='4bit')\n"
         "assert model.config.quantization_config.load_in_4bit\n"
@@ -115,8 +115,8 @@ def test_quantized_target_with_an_eagle_head_is_lossless(folders, tmp_path):
     """The head reads a 4-bit target's hidden states (its compute dtype) and drafts beside its LM head."""
     from transformers import AutoModelForCausalLM
 
-    from specli.eagle_head import EagleHead, init_weights
-    from specli.head_formats import save_head
+    from specli.models.eagle_head import EagleHead, init_weights
+    from specli.models.head_formats import save_head
     from specli.training.eagle import head_config
 
     target, _ = folders

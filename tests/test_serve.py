@@ -33,7 +33,7 @@ from typer.testing import CliRunner
 from specli.cli import app as cli_app
 from specli.engine.events import Round, StopReason, TokenKind
 from specli.errors import UsageError
-from specli.loading import embedded_dir
+from specli.models.loading import embedded_dir
 
 KEY = "test-key-7f3a"
 PROMPTS = ["def fibonacci(n):", "import os\n", "class Stack:\n", "for i in range(10):"]

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 import specli.api
 import specli.bench
-import specli.loading
+import specli.models.loading
 from specli.api import Pair
 from specli.cli import app
 from specli.errors import UsageError
@@ -212,7 +212,7 @@ def test_a_bad_value_fails_before_any_model_loads(tiny_pair, monkeypatch):
         raise AssertionError("a model was loaded")
 
     monkeypatch.setattr(specli.api, "load", no_loading)
-    monkeypatch.setattr(specli.loading, "resolve_source", no_loading)
+    monkeypatch.setattr(specli.models.loading, "resolve_source", no_loading)
     target, draft = tiny_pair
     for args in (["--top-p", "1.5"], ["-k", "0"], ["--strategy", "lookup", "--ngram-max", "0"]):
         result = invoke("generate", "hi", "--target", str(target), "--draft", str(draft), *args)

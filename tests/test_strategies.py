@@ -10,14 +10,14 @@ from conftest import OLD_SLIDING_CACHE, make_model
 from test_lossless_sampling import V, exact_joint, g_test_pvalue
 
 from specli.api import Pair
-from specli.cached_lm import CachedLM
 from specli.drafters.prompt_lookup import PromptLookupDrafter
 from specli.drafters.self_speculative import SelfSpeculativeDrafter
 from specli.engine.loop import EngineConfig, generate_rounds
 from specli.engine.sampling import SamplingConfig
 from specli.engine.stopping import StopCriteria
 from specli.errors import SpecliError, UsageError
-from specli.layer_stack import LayerStack
+from specli.models.cached_lm import CachedLM
+from specli.models.layer_stack import LayerStack
 
 # --------------------------------------------------------------------------- greedy identity
 

@@ -8,11 +8,11 @@ import pytest
 import torch
 from conftest import make_model
 
-from specli.cached_lm import CachedLM
 from specli.engine.drafter import Proposal, ReadsTargetFeatures
 from specli.engine.loop import EngineConfig, generate_rounds
 from specli.engine.sampling import SamplingConfig
 from specli.engine.stopping import StopCriteria
+from specli.models.cached_lm import CachedLM
 
 
 class FeatureRecorder:

@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import specli
 from specli.errors import ModelLoadError
-from specli.loading import embedded_dir, embedded_names, resolve_source
+from specli.models.loading import embedded_dir, embedded_names, resolve_source
 from specli.training.corpus import is_validation, load_corpus, stdlib_files, stdlib_root
 from specli.training.layerskip import LayerSkipConfig, depth_logits, layer_dropout_rates, layerskip_loss
 from specli.training.tiny import DRAFT_DIR, TARGET_DIR, quick_recipe, run

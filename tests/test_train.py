@@ -18,11 +18,11 @@ from transformers import AutoModelForCausalLM
 from typer.testing import CliRunner
 
 import specli
-from specli import memory
 from specli.cli import app
-from specli.eagle_head import EagleHead, HeadCache, init_weights
 from specli.errors import SpecliError, UsageError
-from specli.head_formats import load_head
+from specli.models import memory
+from specli.models.eagle_head import EagleHead, HeadCache, init_weights
+from specli.models.head_formats import load_head
 from specli.training import checkpoint, data, loop
 from specli.training.eagle import head_config, target_pass, unrolled_states
 from specli.training.recipe import parse_duration

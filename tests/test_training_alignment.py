@@ -19,8 +19,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from specli.head_formats import load_head
-from specli.model_dirs import embedded_model
+from specli.models.head_formats import load_head
+from specli.models.model_dirs import embedded_model
 from specli.training import data, eagle, pard, peagle, tiny
 from specli.training.corpus import is_validation, stdlib_files, stdlib_root
 

@@ -15,7 +15,7 @@ from specli.cli.app import Command, presets_app
 from specli.cli.common import user_errors
 from specli.cli.options import DebugOpt, JsonOpt
 from specli.errors import SpecliError
-from specli.memory import PLAN_CONTEXT, human, preset_context, preset_estimate
+from specli.models.memory import PLAN_CONTEXT, human, preset_context, preset_estimate
 from specli.presets import PresetEntry, load_preset_file, preset_entries, preset_to_dict, resolve_preset
 
 

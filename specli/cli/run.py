@@ -168,7 +168,7 @@ def compile_what(pair: Pair, settings: Settings) -> str:
 def _every(seconds: float, report: Callable[[float, int], None]) -> Iterator[None]:
     """Call report(seconds so far, graphs torch.compile built so far) every `seconds` from a thread while
     the block runs (the block is one long call: nothing else could report between its steps)."""
-    from specli.static_cache import compiled_graphs
+    from specli.models.static_cache import compiled_graphs
 
     done, start, before = threading.Event(), time.perf_counter(), compiled_graphs()
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from specli.cached_lm import CachedLM
 from specli.engine.drafter import Drafts, Proposal
 from specli.engine.sampling import SamplingConfig
+from specli.models.cached_lm import CachedLM
 
 MASK_TOKEN_KEYS = ("pard_token", "ptd_token_id")  # config keys naming a parallel drafter's mask token
 PARALLEL_K_KEY = "para_num"  # the drafts per forward a parallel drafter was trained for, when recorded

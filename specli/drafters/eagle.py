@@ -26,11 +26,11 @@ from typing import Any
 
 import torch
 
-from specli.eagle_head import EagleHead, HeadCache
 from specli.engine.drafter import Drafts, Proposal
 from specli.engine.sampling import SamplingConfig
-from specli.lean.core import LeanKV
-from specli.lean.head import LeanHead
+from specli.models.eagle_head import EagleHead, HeadCache
+from specli.models.own_forward.core import LeanKV
+from specli.models.own_forward.head import LeanHead
 
 
 class EagleDrafter:

@@ -18,7 +18,7 @@ import torch
 
 from specli.engine.drafter import Drafts, Proposal
 from specli.engine.sampling import SamplingConfig
-from specli.layer_stack import LayerStack
+from specli.models.layer_stack import LayerStack
 
 
 class SelfSpeculativeDrafter:

@@ -17,13 +17,13 @@ from typing import Any
 
 import torch
 
-from specli.cached_lm import CachedLM, synchronize
 from specli.engine.draft_length import DraftLength
 from specli.engine.drafter import Drafter, Proposal, ReadsTargetFeatures, SharesTargetCache
 from specli.engine.events import Round, StopReason
 from specli.engine.sampling import SamplingConfig
 from specli.engine.stopping import StopCriteria
 from specli.engine.verify import verify
+from specli.models.cached_lm import CachedLM, synchronize
 
 TargetForward = Callable[..., torch.Tensor]  # (ids [n], cache, last_only=False) -> logits [n|1, V]
 

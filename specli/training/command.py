@@ -29,9 +29,9 @@ from typing import Any
 import torch
 from rich.console import Console
 
-from specli import head_formats, loading, memory
 from specli.errors import UsageError
-from specli.layer_stack import LAYER_STACK_ARCHITECTURES
+from specli.models import head_formats, loading, memory
+from specli.models.layer_stack import LAYER_STACK_ARCHITECTURES
 from specli.render.progress import Counted, loading_progress
 from specli.render.words import count as plural
 from specli.threads import AUTO

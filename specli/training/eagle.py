@@ -1,6 +1,6 @@
 """Train EAGLE heads for the embedded tiny target: EAGLE-3 (fused low/mid/high features, no feature
 regression, training-time test, reduced draft vocabulary) and EAGLE-1 (top feature, feature regression
-+ token loss) -- written in the `speculators` layout that `specli.head_formats` loads.
++ token loss) -- written in the `speculators` layout that `specli.models.head_formats` loads.
 
     python -m specli.training.eagle --out specli/embedded            # both heads (~40 min on 2 cores)
     python -m specli.training.eagle --out /tmp/h --quick              # a few steps, for tests
@@ -29,9 +29,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from specli.eagle_head import EagleHead, HeadConfig, default_aux_layers, init_weights
 from specli.errors import UsageError
-from specli.head_formats import save_head
+from specli.models.eagle_head import EagleHead, HeadConfig, default_aux_layers, init_weights
+from specli.models.head_formats import save_head
 from specli.render.words import count as plural
 from specli.training.corpus import load_corpus
 from specli.training.tiny import (
@@ -401,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from specli.model_dirs import embedded_model
+    from specli.models.model_dirs import embedded_model
 
     folder = args.target or embedded_model("tiny-target")
     torch.set_num_threads(max(1, args.threads))

@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
-from specli.eagle_head import EagleHead, init_weights
 from specli.errors import UsageError
-from specli.head_formats import save_head
+from specli.models.eagle_head import EagleHead, init_weights
+from specli.models.head_formats import save_head
 from specli.training import eagle, pard, peagle
 from specli.training.recipe import TrainRecipe
 from specli.training.tiny import draft_loss, random_windows

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from specli.layer_stack import LayerInputs, LayerStack
+from specli.models.layer_stack import LayerInputs, LayerStack
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ from typing import Any
 
 import torch
 
-from specli import head_formats, loading
 from specli.api import Pair
 from specli.bench import (
     BenchPrompt,
@@ -24,8 +23,9 @@ from specli.bench import (
     measure,
     summarize,
 )
-from specli.cached_lm import CachedLM
-from specli.model_dirs import read_config
+from specli.models import head_formats, loading
+from specli.models.cached_lm import CachedLM
+from specli.models.model_dirs import read_config
 
 PLAIN = "none"
 KEYS = (  # what training.json keeps of bench's metrics for each drafter

@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from specli.model_dirs import embedded_model
+    from specli.models.model_dirs import embedded_model
 
     torch.set_num_threads(max(1, args.threads))
     target_dir = args.target or embedded_model("tiny-target")

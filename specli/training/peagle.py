@@ -27,8 +27,8 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
-from specli.eagle_head import EagleHead
-from specli.head_formats import load_head, save_head
+from specli.models.eagle_head import EagleHead
+from specli.models.head_formats import load_head, save_head
 from specli.render.words import count as plural
 from specli.training.corpus import load_corpus
 from specli.training.eagle import target_pass
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from specli.model_dirs import embedded_model
+    from specli.models.model_dirs import embedded_model
 
     torch.set_num_threads(max(1, args.threads))
     folder = embedded_model("tiny-target")

@@ -1,6 +1,6 @@
 """How much memory a `specli train` run takes, from configs alone (before any weights load): the frozen
 target, the trained model with its gradients and AdamW state, and activations per token of a batch
-(specli.memory.TrainingNeed; the fit check and its advice live there).
+(specli.models.memory.TrainingNeed; the fit check and its advice live there).
 
 Activations are estimated from what each kind's loss keeps alive, in bytes per token of a batch
 window: the target's no-grad forward at its peak (every layer's hidden state, which output_hidden_states
@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from specli import memory
-from specli.eagle_head import EagleHead, HeadConfig
+from specli.models import memory
+from specli.models.eagle_head import EagleHead, HeadConfig
 from specli.training.recipe import TrainRecipe
 
 F32 = 4

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from specli.lean.core import LeanKV, RotaryTable, attend, rms, split_heads
+from specli.models.own_forward.core import LeanKV, RotaryTable, attend, rms, split_heads
 
 LEAN_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")  # decoder layers of the same shape
 LENGTH_DEPENDENT_ROPE = ("dynamic", "longrope")  # their frequencies change with the sequence length

@@ -31,12 +31,12 @@ from huggingface_hub.errors import (
 from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
 
 from specli.errors import ModelLoadError, ModelNotFoundError, SpecliError, UsageError
-from specli.model_dirs import EMBEDDED_PREFIX as EMBEDDED_PREFIX  # model_dirs: torch-free, re-exported
-from specli.model_dirs import config_max_positions
-from specli.model_dirs import embedded_dir as embedded_dir
-from specli.model_dirs import embedded_model as embedded_model
-from specli.model_dirs import embedded_names as embedded_names
-from specli.model_dirs import read_config as read_config
+from specli.models.model_dirs import EMBEDDED_PREFIX as EMBEDDED_PREFIX  # model_dirs: torch-free, re-exported
+from specli.models.model_dirs import config_max_positions
+from specli.models.model_dirs import embedded_dir as embedded_dir
+from specli.models.model_dirs import embedded_model as embedded_model
+from specli.models.model_dirs import embedded_names as embedded_names
+from specli.models.model_dirs import read_config as read_config
 
 DEVICE_FORMS = "auto, cpu, cuda, cuda:N"
 DTYPES: dict[str, torch.dtype] = {

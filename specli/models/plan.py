@@ -16,11 +16,11 @@ from typing import Any
 import torch
 from transformers import AutoConfig
 
-from specli import head_formats, loading, memory
-from specli.cached_lm import CachedLM
-from specli.eagle_head import HeadConfig
 from specli.errors import SpecliError
-from specli.placement import Placement, describe_gpus, plan_placement
+from specli.models import head_formats, loading, memory
+from specli.models.cached_lm import CachedLM
+from specli.models.eagle_head import HeadConfig
+from specli.models.placement import Placement, describe_gpus, plan_placement
 
 
 @dataclass(frozen=True)

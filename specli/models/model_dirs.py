@@ -17,7 +17,7 @@ EMBEDDED_PREFIX = "embedded:"
 
 def embedded_dir() -> Path:
     """The folder of the models shipped inside the package (specli/embedded)."""
-    return Path(__file__).resolve().parent / "embedded"
+    return Path(__file__).resolve().parent.parent / "embedded"
 
 
 def embedded_names() -> list[str]:

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from specli.static_cache import StaticKV, StaticStore, compile_call
+from specli.models.static_cache import StaticKV, StaticStore, compile_call
 
 COMPILED_TOKENS = 16  # default longest compiled forward; a Pair sets k + 1 per generation
 SLIDING_ROLLBACK_VERSION = "5.18"  # first transformers whose sliding layers survive forwards in a row
@@ -63,10 +63,11 @@ class CachedLM:
     """Wraps a transformers causal LM: `forward` appends tokens to a cache, `rewind` drops the newest.
 
     static_length=None: a DynamicCache per generation, cropped to rewind. static_length=N: one reusable
-    transformers StaticCache of N positions (grown by `reserve`), rewound by position (specli/static_cache.py,
-    docs/design.md §12). compile=True (needs static_length) runs the forwards of at most `compiled_tokens`
-    tokens on a warm cache through torch.compile (CUDA graphs on CUDA); prefills and longer forwards run
-    eagerly. Each distinct input length compiles once, on its first call.
+    transformers StaticCache of N positions (grown by `reserve`), rewound by position
+    (specli/models/static_cache.py, docs/design.md §12). compile=True (needs static_length) runs the
+    forwards of at most `compiled_tokens` tokens on a warm cache through torch.compile (CUDA graphs on
+    CUDA); prefills and longer forwards run eagerly. Each distinct input length compiles once, on its
+    first call.
     """
 
     def __init__(

@@ -19,7 +19,7 @@ from types import MappingProxyType
 from typing import Any
 
 from specli.errors import SpecliError
-from specli.model_dirs import EMBEDDED_PREFIX, config_max_positions, embedded_dir, read_config
+from specli.models.model_dirs import EMBEDDED_PREFIX, config_max_positions, embedded_dir, read_config
 
 NF4_BITS = 4.127  # 4-bit weights + double-quantized absmax per block of 64
 WORKSPACE = 1.10  # activations, allocator slack, CUDA context: 10% on top

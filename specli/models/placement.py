@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specli.memory import WORKSPACE, Estimate, human
+from specli.models.memory import WORKSPACE, Estimate, human
 
 QUANT_CAP = 0.9  # transformers' bitsandbytes quantizers scale every max_memory entry by this
 

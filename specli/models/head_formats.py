@@ -11,8 +11,8 @@ Layouts read (told apart by config.json):
   fc.*, layers.0.*, norm.*, lm_head.*, d2t, t2d (and often embed_tokens.*, a copy of the target's). The
   EAGLE-3 heads specli trains are written so, which vLLM loads too.
   `transformer_layer_config.num_hidden_layers` = N > 1 (real P-EAGLE heads have 4) adds plain Llama
-  decoder layers layers.1.* .. layers.{N-1}.* after the fusing layer 0 (see specli/eagle_head.py); every
-  layer's weights must be there.
+  decoder layers layers.1.* .. layers.{N-1}.* after the fusing layer 0 (see specli/models/eagle_head.py);
+  every layer's weights must be there.
 - **specli eagle1** (`specli_head_type: eagle1`): the same layout for an EAGLE-1 head (fc over
   cat(embedding, feature) with bias, one layer; no norm or LM head of its own).
 - **SafeAILab** (hub heads such as `yuhuili/EAGLE3-LLaMA3.1-Instruct-8B`, SpecForge/AngelSlim heads):
@@ -40,9 +40,9 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from specli.eagle_head import EagleHead, HeadConfig, default_aux_layers
 from specli.errors import ModelLoadError, UsageError
-from specli.model_dirs import read_config, user_model_name
+from specli.models.eagle_head import EagleHead, HeadConfig, default_aux_layers
+from specli.models.model_dirs import read_config, user_model_name
 
 WEIGHTS = "model.safetensors"
 SAFE_INDEX = "model.safetensors.index.json"
@@ -572,7 +572,7 @@ def open_head(
     Hub heads: config.json comes first (weights=False) and is checked; the weights are fetched only when
     the head fits.
     """
-    from specli.loading import resolve_source
+    from specli.models.loading import resolve_source
 
     folder = resolve_source(source, allow_pickle=allow_pickle, weights=False, tqdm_class=tqdm_class)
     config = read_head_config(folder, target_config, name=source)

@@ -1,5 +1,5 @@
-"""What the lean drafter steps share (docs/design.md §13): a preallocated KV cache rewound by position,
-rotary tables indexed by position, RMSNorm and attention without per-step objects.
+"""What specli's own drafter forwards (the lean steps, docs/design.md §13) share: a preallocated KV
+cache rewound by position, rotary tables indexed by position, RMSNorm and attention without per-step objects.
 
 One generation's keys and values live in two tensors [layers, kv_heads, capacity, head_dim]; a forward
 writes its n new positions in place at `length` and advances it, a rewind only moves `length` back.

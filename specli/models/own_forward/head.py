@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
-from specli.eagle_head import EagleHead, rope_frequencies
-from specli.lean.core import LeanKV, RotaryTable, attend, rms, split_heads
+from specli.models.eagle_head import EagleHead, rope_frequencies
+from specli.models.own_forward.core import LeanKV, RotaryTable, attend, rms, split_heads
 
 
 @dataclass
