@@ -19,7 +19,8 @@ import time
 import torch
 
 import specli
-from specli import bench as b
+from specli.bench import prompts as prompt_sets
+from specli.bench import run as b
 
 
 def main(mode: str) -> None:
@@ -31,7 +32,7 @@ def main(mode: str) -> None:
         compile=mode == "compile",
         lean=mode != "no-lean",
     )
-    prompts = b.select_prompts(b.read_prompts(b.set_path("code")), [], 4)
+    prompts = prompt_sets.select_prompts(prompt_sets.read_prompts(prompt_sets.set_path("code")), [], 4)
     encoded, _ = b.encode_prompts(pair, prompts)
     out: dict[str, dict[str, float]] = {}
     for strategy in ("none", "draft", "lookup", "eagle"):

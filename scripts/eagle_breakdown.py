@@ -18,7 +18,8 @@ from collections import defaultdict
 import torch
 
 import specli
-from specli import bench as b
+from specli.bench import prompts as prompt_sets
+from specli.bench import run as b
 from specli.drafters.eagle import EagleDrafter
 from specli.models.eagle_head import EagleHead
 
@@ -26,7 +27,8 @@ from specli.models.eagle_head import EagleHead
 def run(strategy: str, draft: str | None, prompts: int, timed: bool) -> None:
     pair = specli.load(strategy=strategy, draft=draft, device="cpu", threads=None)
     encoded, _ = b.encode_prompts(
-        pair, b.select_prompts(b.read_prompts(b.set_path("code")), [], prompts // 3)
+        pair,
+        prompt_sets.select_prompts(prompt_sets.read_prompts(prompt_sets.set_path("code")), [], prompts // 3),
     )
     settings = pair.settings(max_new_tokens=128, num_draft_tokens=4)
     for _, ids in encoded[:2]:  # warm-up

@@ -20,7 +20,8 @@ import torch
 from tiny_figures import function_prompts
 
 import specli
-from specli import bench
+from specli.bench import prompts as prompt_sets
+from specli.bench import run as bench
 from specli.models.eagle_head import EagleHead
 from specli.models.head_formats import load_head, save_head
 from specli.models.model_dirs import embedded_model
@@ -62,7 +63,9 @@ def main() -> None:
     counts = torch.bincount(encode_stream(tokenizer, load_corpus().train), minlength=len(tokenizer))
     ids = head.draft_to_target()
     frequency = counts[ids] if ids is not None else counts
-    prompts = [bench.BenchPrompt(name, "third-party", text) for name, text in function_prompts(args.prompts)]
+    prompts = [
+        prompt_sets.BenchPrompt(name, "third-party", text) for name, text in function_prompts(args.prompts)
+    ]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for size in (int(s) for s in args.sizes.split(",")):

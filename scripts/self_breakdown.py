@@ -17,14 +17,15 @@ from collections import defaultdict
 import torch
 
 import specli
-from specli import bench as b
+from specli.bench import prompts as prompt_sets
+from specli.bench import run as b
 from specli.models.layer_stack import LayerStack
 
 
 def main() -> None:
     torch.set_num_threads(1)
     pair = specli.load(strategy="self", device="cpu", threads=None)
-    prompts = b.select_prompts(b.read_prompts(b.set_path("code")), [], 4)
+    prompts = prompt_sets.select_prompts(prompt_sets.read_prompts(prompt_sets.set_path("code")), [], 4)
     encoded, _ = b.encode_prompts(pair, prompts)
     spent: dict[str, float] = defaultdict(float)
 

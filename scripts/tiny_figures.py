@@ -20,7 +20,8 @@ import textwrap
 from pathlib import Path
 
 import specli
-from specli import bench
+from specli.bench import prompts as prompt_sets
+from specli.bench import run as bench
 
 PACKAGES = ("rich", "click", "typer", "yaml", "pydantic")
 
@@ -66,7 +67,9 @@ def main() -> None:
         )
     else:  # the tiny preset: its drafter for draft, its EAGLE-3 head (or --head) for eagle
         pair = specli.load(strategy=strategies, draft=args.head, device="cpu")
-    prompts = [bench.BenchPrompt(name, "third-party", text) for name, text in function_prompts(args.prompts)]
+    prompts = [
+        prompt_sets.BenchPrompt(name, "third-party", text) for name, text in function_prompts(args.prompts)
+    ]
     settings = bench.BenchSettings(
         pair.settings(max_new_tokens=args.max_new_tokens, num_draft_tokens=args.k, exit_layer=args.exit_layer)
     )

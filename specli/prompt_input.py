@@ -1,6 +1,6 @@
 """What the command line reads from the user besides options: the prompt text (an argument, stdin or a
-file, which must be UTF-8), the prompts of a JSONL prompt file's records and, for `explain --step`, the
-keys between rounds (from the terminal, never from a stdin that held the prompt).
+file, which must be UTF-8) and, for `explain --step`, the keys between rounds (from the terminal, never
+from a stdin that held the prompt).
 
 No torch here: everything in this module runs before any model loads, so bad input fails at once.
 """
@@ -91,29 +91,6 @@ def prompt_text(prompt: str | None, prompt_file: str | None, stdin: IO[str] | No
             "no prompt given.", "Give it as the argument, '-' to read it from stdin, or --prompt-file FILE."
         )
     return read_prompt(prompt, stdin)
-
-
-def record_prompt(row: Any) -> str:
-    """The prompt of one JSONL prompt record: Spec-Bench's {"turns": [first, ...]} (the first turn), or
-    {"prompt": ...} / {"text": ...}. ValueError saying what is wrong: not an object, none of the fields,
-    an empty 'turns', a prompt that is not a string or is empty."""
-    if not isinstance(row, dict):
-        raise ValueError(f"a prompt record is a JSON object, not {type(row).__name__}")
-    if "turns" in row:
-        turns, field = row["turns"], "the first of 'turns'"
-        if not isinstance(turns, list) or not turns:
-            raise ValueError("'turns' is empty: it needs the prompt as its first turn")
-        text = turns[0]
-    elif "prompt" in row or "text" in row:
-        field = "'prompt'" if "prompt" in row else "'text'"
-        text = row.get("prompt", row.get("text"))
-    else:
-        raise ValueError("a prompt record needs 'turns', 'prompt' or 'text'")
-    if not isinstance(text, str):
-        raise ValueError(f"{field} must be a string, not {type(text).__name__}")
-    if not text:
-        raise ValueError(f"the prompt ({field}) is empty")
-    return text
 
 
 class StepKeys:

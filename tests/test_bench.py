@@ -14,7 +14,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from specli import bench as b
+from specli.bench import prompts as prompt_sets
+from specli.bench import run as b
 from specli.cli import app
 from specli.engine.events import Stats, expected_acceptance_length
 from specli.errors import UsageError
@@ -43,7 +44,7 @@ RUN_KEYS = {
 
 def test_reads_spec_bench_question_jsonl():
     """Spec-Bench's own file (a verbatim excerpt): first turns, question ids and all 13 categories."""
-    prompts = b.read_prompts(SPEC_BENCH)
+    prompts = prompt_sets.read_prompts(SPEC_BENCH)
     rows = [json.loads(line) for line in SPEC_BENCH.read_text().splitlines() if line.strip()]
     assert len(prompts) == len(rows) == 13
     assert [p.text for p in prompts] == [r["turns"][0] for r in rows]
@@ -55,20 +56,20 @@ def test_reads_spec_bench_question_jsonl():
 def test_reads_plain_jsonl_and_text(tmp_path):
     jsonl = tmp_path / "p.jsonl"
     jsonl.write_text('{"prompt": "a", "category": "x"}\n\n{"text": "b", "id": 7}\n')
-    assert [(p.id, p.category, p.text) for p in b.read_prompts(jsonl)] == [
+    assert [(p.id, p.category, p.text) for p in prompt_sets.read_prompts(jsonl)] == [
         ("1", "x", "a"),
         ("7", "default", "b"),
     ]
     text = tmp_path / "p.txt"
     text.write_text("first prompt\n\nsecond prompt\n")
-    assert [p.text for p in b.read_prompts(text)] == ["first prompt", "second prompt"]
+    assert [p.text for p in prompt_sets.read_prompts(text)] == ["first prompt", "second prompt"]
 
 
 def test_malformed_prompt_file_names_the_line(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "ok"}\n{"question": 3}\n')
     with pytest.raises(UsageError, match=r"bad.jsonl:2"):
-        b.read_prompts(bad)
+        prompt_sets.read_prompts(bad)
 
 
 @pytest.mark.parametrize(
@@ -79,7 +80,7 @@ def test_malformed_prompt_file_names_the_line(tmp_path):
     ],
 )
 def test_packaged_sets_have_ten_prompts_per_category(name, categories):
-    prompts = b.read_prompts(b.set_path(name))
+    prompts = prompt_sets.read_prompts(prompt_sets.set_path(name))
     assert {p.category for p in prompts} == categories
     for c in categories:
         assert sum(p.category == c for p in prompts) >= 10
@@ -87,11 +88,11 @@ def test_packaged_sets_have_ten_prompts_per_category(name, categories):
 
 
 def test_select_prompts_filters_limits_and_names_unknown_categories():
-    prompts = b.read_prompts(b.set_path("code"))
-    picked = b.select_prompts(prompts, ["editing"], 3)
+    prompts = prompt_sets.read_prompts(prompt_sets.set_path("code"))
+    picked = prompt_sets.select_prompts(prompts, ["editing"], 3)
     assert len(picked) == 3 and {p.category for p in picked} == {"editing"}
     with pytest.raises(UsageError, match="completion"):
-        b.select_prompts(prompts, ["poetry"])
+        prompt_sets.select_prompts(prompts, ["poetry"])
 
 
 # --------------------------------------------------------------------------- arithmetic
@@ -374,7 +375,7 @@ def test_transformers_comparison_uses_the_same_settings():
     )
     bench = b.BenchSettings(settings, repeats=1, warmup=0)
     hf = b.run_transformers(
-        pair, [(b.BenchPrompt("1", "c", "x"), [5, 6])], ["draft", "lookup", "self"], bench
+        pair, [(prompt_sets.BenchPrompt("1", "c", "x"), [5, 6])], ["draft", "lookup", "self"], bench
     )
     assert set(hf) == {
         "plain", "assisted", "assisted (transformers defaults)", "prompt lookup",
@@ -396,7 +397,7 @@ def test_transformers_comparison_uses_the_same_settings():
     own = {"lookup": settings.replace(num_draft_tokens=16)}
     b.run_transformers(
         pair,
-        [(b.BenchPrompt("1", "c", "x"), [5, 6])],
+        [(prompt_sets.BenchPrompt("1", "c", "x"), [5, 6])],
         ["draft", "lookup"],
         b.BenchSettings(settings, by_strategy=own),
     )
@@ -405,7 +406,10 @@ def test_transformers_comparison_uses_the_same_settings():
     assert by_mode["prompt lookup"]["prompt_lookup_num_tokens"] == 16
     calls.clear()
     b.run_transformers(
-        pair, [(b.BenchPrompt("1", "c", "x"), [5, 6])], [], b.BenchSettings(settings.replace(temperature=0))
+        pair,
+        [(prompt_sets.BenchPrompt("1", "c", "x"), [5, 6])],
+        [],
+        b.BenchSettings(settings.replace(temperature=0)),
     )
     assert calls[0]["do_sample"] is False and "top_k" not in calls[0]
 
@@ -565,7 +569,7 @@ def test_local_rows_carry_the_figures_servers_report():
 
 @dataclass
 class FakeRemote:
-    """A server's turns in the rotation (specli.bench.Remote), recorded; it fails at call `fail_at`."""
+    """A server's turns in the rotation (specli.bench.run.Remote), recorded; it fails at call `fail_at`."""
 
     label: str
     fail_at: int | None = None
@@ -581,7 +585,7 @@ class FakeRemote:
 def test_servers_take_turns_with_the_same_warm_up_and_repeats():
     """Without a local pair only the remotes run: warm-up on the first prompt, then every prompt ×
     repeat; one that fails is not called again and the others go on."""
-    prompts = [(b.BenchPrompt(i, "c", "x"), []) for i in ("1", "2")]
+    prompts = [(prompt_sets.BenchPrompt(i, "c", "x"), []) for i in ("1", "2")]
     good, bad = FakeRemote("good"), FakeRemote("bad", fail_at=2)
     bench = b.BenchSettings(resolve_settings(), repeats=2, warmup=1)
     assert b.run_bench(None, prompts, ["draft"], bench, remotes=[good, bad]) == []
@@ -604,7 +608,7 @@ def test_each_strategy_measures_at_its_own_k(tiny_pair, monkeypatch):
     bench = b.BenchSettings(
         shared, by_strategy={"lookup": pair.settings(max_new_tokens=4, strategy="lookup")}
     )
-    prompt = b.BenchPrompt("1", "c", "def f():")
+    prompt = prompt_sets.BenchPrompt("1", "c", "def f():")
     ids = pair.encode(prompt.text, chat=False)
     for strategy in ("draft", "lookup", "none"):
         b.measure(pair, prompt, ids, strategy, bench, 0)

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from specli import bench as b
-from specli import endpoint as e
+from specli.bench import endpoint as e
+from specli.bench import run as b
 from specli.cli import app
 from specli.errors import UsageError
 from specli.settings import resolve_settings

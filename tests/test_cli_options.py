@@ -133,7 +133,7 @@ def test_unknown_category_fails_before_loading_and_lists_the_sets(no_loading):
 
 def test_category_of_the_other_packaged_set_passes_the_early_check():
     """Which packaged set runs is chosen by the model, so a chat category passes before loading."""
-    from specli.bench import check_packaged_categories
+    from specli.bench.prompts import check_packaged_categories
 
     check_packaged_categories(["math", "editing"])
     with pytest.raises(UsageError):

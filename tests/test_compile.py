@@ -303,12 +303,13 @@ def test_without_compile_warm_up_does_nothing(tiny_pair):
 
 def test_bench_times_no_compile_and_flags_a_run_that_did(tiny_pair, dynamo_eager, monkeypatch):
     """bench warms up outside its clock; a timed run that still compiled is flagged (no efficiency)."""
-    from specli import bench as b
+    from specli.bench import prompts as prompt_sets
+    from specli.bench import run as b
 
     pair = specli.load(
         target=str(tiny_pair[0]), draft=str(tiny_pair[1]), device="cpu", threads=None, compile=True
     )
-    prompt = b.BenchPrompt("1", "c", PROMPTS[0])
+    prompt = prompt_sets.BenchPrompt("1", "c", PROMPTS[0])
     ids = pair.encode(prompt.text, chat=False)
     settings = b.BenchSettings(pair.settings(max_new_tokens=12, num_draft_tokens=3), warmup=0)
     assert not b.measure(pair, prompt, ids, "draft", settings, 0).compiled

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 import specli.api
-from specli.bench import read_prompts
+from specli.bench.prompts import read_prompts
 from specli.cli import app
 from specli.errors import UsageError
 

@@ -16,7 +16,7 @@ from conftest import make_model
 from typer.testing import CliRunner
 
 import specli.api
-import specli.bench
+import specli.bench.run
 import specli.models.loading
 from specli.api import Pair
 from specli.cli import app
@@ -239,7 +239,7 @@ def test_generate_and_bench_read_the_same_settings(tiny_pair, monkeypatch):
         raise Stop
 
     monkeypatch.setattr(Pair, "stream", stream)
-    monkeypatch.setattr(specli.bench, "run_bench", run_bench)
+    monkeypatch.setattr(specli.bench.run, "run_bench", run_bench)
     target, draft = tiny_pair
     options = ["--target", str(target), "--draft", str(draft), "--device", "cpu", "-k", "3"]
     options += ["--max-new-tokens", "6", "--temperature", "0.5", "--seed", "2"]

@@ -1,6 +1,6 @@
 """`specli bench`: strategies against plain decoding (and transformers) on prompt sets, per category; and
-any OpenAI-compatible server (`--endpoint`, specli/endpoint.py) on the same prompts, beside them or alone
-(then no model loads)."""
+any OpenAI-compatible server (`--endpoint`, specli/bench/endpoint.py) on the same prompts, beside them or
+alone (then no model loads)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ from specli.settings import STRATEGIES, check_strategy, resolve_settings
 from specli.threads import AUTO
 
 if TYPE_CHECKING:
-    from specli.endpoint import Endpoint, EndpointRunner
+    from specli.bench.endpoint import Endpoint, EndpointRunner
 
 
 @app.command(
@@ -141,7 +141,8 @@ def bench(
 ) -> None:
     """Measure strategies against plain decoding (and transformers) on prompt sets, per category; and
     OpenAI-compatible servers (--endpoint) on the same prompts, beside them or alone."""
-    from specli import bench as b
+    from specli.bench import prompts as prompt_sets
+    from specli.bench import run as b
 
     options = GenerationOptions(
         max_new_tokens=max_new_tokens, num_draft_tokens=num_draft_tokens, temperature=temperature,
@@ -157,14 +158,14 @@ def bench(
             raise UsageError("give --prompts or --set, not both.")
         local = not endpoint or bool(strategies or preset or target or draft)
         endpoints = _endpoints(endpoint or [], api_key, model, local, compare_hf, ks)
-        source = Path(prompts) if prompts else (b.set_path(prompt_set) if prompt_set else None)
+        source = Path(prompts) if prompts else (prompt_sets.set_path(prompt_set) if prompt_set else None)
         if source is None and not local:  # no model to choose the packaged set by
-            source = b.set_path("code")
-        loaded = b.read_prompts(source) if source else None
+            source = prompt_sets.set_path("code")
+        loaded = prompt_sets.read_prompts(source) if source else None
         if loaded is not None:  # a bad --category or --limit fails before anything loads
-            b.select_prompts(loaded, category or [], limit)
+            prompt_sets.select_prompts(loaded, category or [], limit)
         elif category:  # the packaged set is chosen by the model: the category must be in one of them
-            b.check_packaged_categories(category)
+            prompt_sets.check_packaged_categories(category)
         models = ModelOptions(
             preset=preset, target=target, draft=draft,
             strategy=strategies[0] if strategies else None, also=tuple(strategies[1:]),
@@ -187,8 +188,10 @@ def bench(
                 other: pair.settings(**given, strategy=other) for other in strategies
             }
             if loaded is None:
-                loaded = b.read_prompts(b.set_path("chat" if pair.uses_chat(settings.chat) else "code"))
-            selected = b.select_prompts(loaded, category or [], limit)
+                loaded = prompt_sets.read_prompts(
+                    prompt_sets.set_path("chat" if pair.uses_chat(settings.chat) else "code")
+                )
+            selected = prompt_sets.select_prompts(loaded, category or [], limit)
             encoded, skipped = b.encode_prompts(pair, selected, settings.chat)
             uses_chat = pair.uses_chat(settings.chat)
         else:
@@ -200,7 +203,7 @@ def bench(
                 "--threads": threads != AUTO,
             })  # fmt: skip
             pair, settings, by_strategy = None, resolve_settings(**options.overrides()), {}
-            selected = b.select_prompts(loaded or [], category or [], limit)
+            selected = prompt_sets.select_prompts(loaded or [], category or [], limit)
             encoded, skipped = [(p, []) for p in selected], []  # the servers tokenize the text
             uses_chat = bool(chat)
         bench_settings = b.BenchSettings(
@@ -229,7 +232,7 @@ def bench(
         env = _environment(b, pair, dtype, quant, threads)
         served = None
         if runners:
-            from specli.endpoint import served_report
+            from specli.bench.endpoint import served_report
 
             served = served_report(runners)
         result = b.report(measurements, bench_settings, env, None, skipped, served=served)
@@ -267,7 +270,7 @@ def _endpoints(
         raise UsageError("--compare-hf times a local model.", "Add --strategy (or --preset) to load one.")
     if not local and ks:
         raise UsageError("--sweep-k sweeps local strategies.", "Add --strategy (or --preset) to load one.")
-    from specli.endpoint import parse_endpoints
+    from specli.bench.endpoint import parse_endpoints
 
     return parse_endpoints(texts, api_key, model, taken=STRATEGIES if local else ())
 
@@ -289,7 +292,7 @@ def _start_endpoints(
 ) -> list[EndpointRunner]:
     """Reach every endpoint before any model loads (a wrong URL or key fails at once): one error line
     each on stderr for those that cannot be reached; they stay in the list for the report."""
-    from specli.endpoint import EndpointRunner
+    from specli.bench.endpoint import EndpointRunner
 
     runners = []
     for e in endpoints:
@@ -307,7 +310,7 @@ def _close(runners: list[EndpointRunner]) -> None:
 def _environment(b: Any, pair: Any, dtype: str | None, quant: str | None, threads: str) -> dict[str, Any]:
     """The report's environment: the local machine's and models' (none when no model loaded)."""
     if pair is None:
-        from specli.endpoint import client_environment
+        from specli.bench.endpoint import client_environment
 
         return client_environment()
     env = b.environment(pair, dtype, quant)

@@ -23,7 +23,7 @@ from specli.threads import parse_threads
 if TYPE_CHECKING:
     from specli.api import Pair
 
-# torch and transformers load only inside the commands that run a model (specli.api, specli.bench and
+# torch and transformers load only inside the commands that run a model (specli.api, specli.bench.run and
 # transformers' logging are imported there), never at import: `specli --version`, `--help` and
 # `presets list` stay fast. tests/test_settings.py fails if one of them imports torch.
 

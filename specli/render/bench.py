@@ -13,7 +13,7 @@ from rich.text import Text
 
 from specli.render.words import count
 
-NOT_REPORTED = "not reported by this server"  # specli.endpoint.NOT_REPORTED (that module needs httpx)
+NOT_REPORTED = "not reported by this server"  # specli.bench.endpoint.NOT_REPORTED (that module needs httpx)
 
 BARS = " ▁▂▃▄▅▆▇█"
 

@@ -180,7 +180,7 @@ def _eval_source(session: Session, tokenizer: Any) -> str:
 
 
 def _read_eval_prompts(source: str, count: int) -> list[Any]:
-    from specli.bench import read_prompts, set_path
+    from specli.bench.prompts import read_prompts, set_path
 
     if count <= 0:
         return []
@@ -189,7 +189,7 @@ def _read_eval_prompts(source: str, count: int) -> list[Any]:
 
 
 def _same_source(a: str, b: str) -> bool:
-    from specli.bench import set_path
+    from specli.bench.prompts import set_path
 
     def where(s: str) -> Path:
         return set_path(s) if s in EVAL_SETS and not Path(s).exists() else Path(s).expanduser().resolve()

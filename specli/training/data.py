@@ -8,7 +8,7 @@ Sources (`--data`):
   template when the tokenizer has one). Any other file is one text document.
 - a folder: every UTF-8 text file under it (hidden folders, __pycache__ and binary files skipped), in
   path order.
-- a bundled prompt set: `code` or `chat` (specli/prompts/, the sets `specli bench` runs).
+- a bundled prompt set: `code` or `chat` (specli/bench/sets/, the sets `specli bench` runs).
 - `stdlib`: the running interpreter's standard library sources (the embedded tiny pair's corpus, with
   its own train/validation split).
 
@@ -101,7 +101,7 @@ def read_data(source: str) -> DataSet:
     if source == STDLIB:
         data = _stdlib()
     elif source in SETS and not path.exists():
-        from specli.bench import read_prompts, set_path
+        from specli.bench.prompts import read_prompts, set_path
 
         docs = [Document("prompt", f"{source}:{p.id}", p.text) for p in read_prompts(set_path(source))]
         data = DataSet(source, "set", docs)

@@ -14,15 +14,8 @@ from typing import Any
 import torch
 
 from specli.api import Pair
-from specli.bench import (
-    BenchPrompt,
-    BenchSettings,
-    Measurement,
-    encode_prompts,
-    identity_errors,
-    measure,
-    summarize,
-)
+from specli.bench.prompts import BenchPrompt
+from specli.bench.run import BenchSettings, Measurement, encode_prompts, identity_errors, measure, summarize
 from specli.models import head_formats, loading
 from specli.models.cached_lm import CachedLM
 from specli.models.model_dirs import read_config

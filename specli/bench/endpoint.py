@@ -30,7 +30,8 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from specli.bench import BenchPrompt, BenchSettings, Progress, latency_metrics, speculation_metrics
+from specli.bench.prompts import BenchPrompt
+from specli.bench.run import BenchSettings, Progress, latency_metrics, speculation_metrics
 from specli.errors import UsageError
 from specli.render.words import count
 
@@ -589,7 +590,7 @@ class EndpointRun:
 
 
 class EndpointRunner:
-    """One endpoint through a bench (specli.bench.Remote): `start` asks for its models and its /metrics,
+    """One endpoint through a bench (specli.bench.run.Remote): `start` asks for its models and its /metrics,
     `run` sends one prompt, `run_concurrently` all prompts N at a time, each with the `bench` settings
     (set before the first run) and as a chat message when `chat`. The first failure sets `error`
     (one line, told to `on_error`) and the endpoint does nothing more."""
@@ -794,7 +795,7 @@ def endpoint_metrics(
 
 
 def served_report(runners: Sequence[EndpointRunner]) -> dict[str, Any]:
-    """The servers' part of a bench report (specli.bench.report(served=...)): "summary" {category or
+    """The servers' part of a bench report (specli.bench.run.report(served=...)): "summary" {category or
     "overall": {label: row}}, "endpoints" {label: url, model, /metrics or not, concurrency, error},
     "runs" (every measured request) and "errors" (one line per endpoint that failed; it has no row)."""
     summary: dict[str, dict[str, dict[str, Any]]] = {}

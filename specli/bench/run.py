@@ -1,5 +1,6 @@
 """`specli bench`: run prompt sets through several strategies and the plain-decoding baseline of the same
 target on the same engine, and measure speed, acceptance and cost (docs/design.md §4). Prints nothing.
+The prompts come from specli/bench/prompts.py (the packaged sets, prompt files, categories).
 
 With a k sweep (`BenchSettings.ks`), every strategy runs at each k and is reported as "STRATEGY k=K";
 the report's "sweep" section lines up, per strategy, speed, draft and verify time per round and
@@ -9,7 +10,7 @@ Per prompt every strategy starts from fresh drafter state; warm-up runs are not 
 interleaved (the order rotates each repeat) so drift hits all strategies alike; times are medians over
 repeats. Greedy runs must reproduce the baseline's tokens exactly; a difference is an error.
 
-Servers (`specli bench --endpoint`, specli/endpoint.py) take turns in the same rotation as `Remote`s;
+Servers (`specli bench --endpoint`, specli/bench/endpoint.py) take turns in the same rotation as `Remote`s;
 their rows join the summary under their labels, with the serving metrics local rows also carry (time to
 first token, per-token and per-chunk latency, and speculation named as `vllm bench serve` names it).
 Importing this module imports neither torch nor transformers (a bench of servers alone loads no model).
@@ -18,7 +19,6 @@ Importing this module imports neither torch nor transformers (a bench of servers
 from __future__ import annotations
 
 import copy
-import json
 import platform
 import resource
 import statistics
@@ -26,13 +26,12 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from specli import __version__
+from specli.bench.prompts import BenchPrompt
 from specli.engine.events import Stats
 from specli.errors import UsageError
-from specli.prompt_input import record_prompt
 from specli.render.words import count
 
 if TYPE_CHECKING:
@@ -41,7 +40,6 @@ if TYPE_CHECKING:
     from specli.api import Pair
     from specli.settings import Settings
 
-SETS = ("code", "chat")
 BASELINE = "none"
 HF_PREFIX = "transformers: "  # interleaved transformers runs are strategies named so
 REMOTE_PREFIX = "endpoint: "  # a server's turn in the rotation
@@ -57,7 +55,7 @@ class Progress(Protocol):
 
 
 class Remote(Protocol):
-    """A server measured in the same rotation as the local strategies (specli.endpoint.EndpointRunner):
+    """A server measured in the same rotation as the local strategies (specli.bench.endpoint.EndpointRunner):
     `run` sends one prompt (a warm-up run is not recorded) and keeps its own results; a failure sets
     `error` (one line) and the remote is skipped from then on."""
 
@@ -65,13 +63,6 @@ class Remote(Protocol):
     error: str | None
 
     def run(self, prompt: BenchPrompt, repeat: int, warm_up: bool) -> None: ...
-
-
-@dataclass(frozen=True)
-class BenchPrompt:
-    id: str
-    category: str
-    text: str
 
 
 @dataclass(frozen=True)
@@ -170,79 +161,6 @@ class Measurement:
             "output_tokens": len(self.output),
             "compiled": self.compiled,
         }
-
-
-# --------------------------------------------------------------------------- prompts
-
-
-def set_path(name: str) -> Path:
-    """The packaged prompt set NAME (code or chat)."""
-    if name not in SETS:
-        raise UsageError(
-            f"unknown prompt set '{name}'.", f"Use one of: {', '.join(SETS)}, or --prompts FILE."
-        )
-    return Path(__file__).resolve().parent / "prompts" / f"{name}.jsonl"
-
-
-def read_prompts(path: Path) -> list[BenchPrompt]:
-    """Spec-Bench question.jsonl (question_id, category, turns: first turn used), JSONL with a "prompt"
-    or "text" field (and optional "id", "category"), or a text file with one prompt per line."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as e:
-        raise UsageError(f"cannot read prompts from '{path}': {e.strerror or e}.") from None
-    prompts: list[BenchPrompt] = []
-    jsonl = str(path).endswith((".jsonl", ".json"))
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        if not jsonl:
-            prompts.append(BenchPrompt(str(number), "default", line))
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError as e:
-            raise UsageError(f"{path}:{number}: not JSON ({e}).") from None
-        try:
-            text = record_prompt(row)
-        except ValueError as e:
-            raise UsageError(f"{path}:{number}: {e}.", 'e.g. {"prompt": "def f(x):"}') from None
-        ident = str(row.get("question_id", row.get("id", number)))
-        prompts.append(BenchPrompt(ident, str(row.get("category", "default")), text))
-    if not prompts:
-        raise UsageError(f"'{path}' holds no prompts.")
-    return prompts
-
-
-def check_packaged_categories(categories: Sequence[str]) -> None:
-    """UsageError naming each packaged set's categories when a category is in none of them (before a
-    model loads: which set a bench runs is chosen by the model, chat or code)."""
-    by_set = {name: list(dict.fromkeys(p.category for p in read_prompts(set_path(name)))) for name in SETS}
-    known = {c for names in by_set.values() for c in names}
-    for c in categories:
-        if c not in known:
-            listed = "; ".join(f"{name}: {', '.join(names)}" for name, names in by_set.items())
-            raise UsageError(f"no prompts in category '{c}'.", f"Categories of the packaged sets: {listed}.")
-
-
-def select_prompts(
-    prompts: list[BenchPrompt], categories: Sequence[str] = (), limit: int | None = None
-) -> list[BenchPrompt]:
-    """Keep the named categories (all when none) and at most `limit` prompts of each."""
-    known = list(dict.fromkeys(p.category for p in prompts))
-    for c in categories:
-        if c not in known:
-            raise UsageError(f"no prompts in category '{c}'.", f"Categories here: {', '.join(known)}.")
-    kept: list[BenchPrompt] = []
-    counts: dict[str, int] = {}
-    for p in prompts:
-        if categories and p.category not in categories:
-            continue
-        if limit is not None and counts.get(p.category, 0) >= limit:
-            continue
-        counts[p.category] = counts.get(p.category, 0) + 1
-        kept.append(p)
-    return kept
 
 
 # --------------------------------------------------------------------------- running
@@ -677,7 +595,7 @@ def report(
 ) -> dict[str, Any]:
     """Everything a later comparison needs: settings, environment, summaries, per-prompt runs, errors.
     `hf`: transformers' results when they ran apart; interleaved runs among `measurements` are summed up
-    here instead (`transformers_results`). `served`: the servers' part (specli.endpoint.served_report):
+    here instead (`transformers_results`). `served`: the servers' part (specli.bench.endpoint.served_report):
     their rows join the summary under their labels, their errors the errors, and the report gains
     "endpoints" and "endpoint_runs" (only then: a local bench's report keeps its keys)."""
     ours = [m for m in measurements if not m.strategy.startswith(HF_PREFIX)]
