@@ -28,10 +28,10 @@ from typer.testing import CliRunner
 import specli
 import specli.api
 from specli.cli import app
+from specli.cli.prompt_input import STEP_HINT, check_text, decode_prompt
 from specli.engine.events import Round, TokenKind
 from specli.errors import UsageError
 from specli.presets import resolve_preset
-from specli.prompt_input import STEP_HINT, check_text, decode_prompt
 from specli.settings import resolve_settings
 from specli.threads import BusyProbe, apply_threads, auto_threads, parse_threads
 

@@ -1,7 +1,9 @@
 """The `specli` command line. Thin: parse, resolve, call the API, hand rounds to a renderer.
 
-One module per command (generate, explain, bench, presets), each registering on the app in `app.py`;
-options are defined once in `options.py`, loading in `run.py`, error handling in `common.py`.
+One module per command (generate, explain, bench, presets list/show, serve, export, train), each
+registering on the app in `app.py`; options are defined once in `options.py`, loading in `run.py`, error
+handling in `common.py`, and what is read from the user besides options (the prompt from an argument,
+stdin or a file, the keys of `explain --step`) in `prompt_input.py`.
 Importing this package imports neither torch nor transformers (`specli --help` stays fast).
 """
 

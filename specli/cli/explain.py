@@ -48,8 +48,8 @@ from specli.cli.options import (
     TrustOpt,
     check_save,
 )
+from specli.cli.prompt_input import StepKeys, prompt_text
 from specli.cli.run import compile_words, prepare_rounds, save_view
-from specli.prompt_input import StepKeys, prompt_text
 from specli.render.explain import ExplainView
 from specli.threads import AUTO
 

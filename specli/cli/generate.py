@@ -49,9 +49,9 @@ from specli.cli.options import (
     TrustOpt,
     check_save,
 )
+from specli.cli.prompt_input import prompt_text
 from specli.cli.run import compile_words, prepare_rounds, save_view
 from specli.errors import UsageError
-from specli.prompt_input import prompt_text
 from specli.render.live import LiveView, TokenView
 from specli.render.plain import PlainWriter, summary_line
 from specli.threads import AUTO

@@ -14,10 +14,10 @@ from typing import Annotated, Any
 
 import typer
 
+from specli.cli.prompt_input import check_text
 from specli.errors import ModelNotFoundError, SpecliError, UsageError
 from specli.models.model_dirs import EMBEDDED_PREFIX, config_max_positions, embedded_model, read_config
 from specli.presets import Preset, resolve_preset
-from specli.prompt_input import check_text
 from specli.settings import Settings, check_strategy, resolve_settings
 from specli.threads import AUTO, parse_threads
 
