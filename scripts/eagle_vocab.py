@@ -25,9 +25,9 @@ from specli.bench import run as bench
 from specli.models.eagle_head import EagleHead
 from specli.models.head_formats import load_head, save_head
 from specli.models.model_dirs import embedded_model
+from specli.training.common import encode_stream
 from specli.training.corpus import load_corpus
 from specli.training.eagle import set_vocabulary
-from specli.training.tiny import encode_stream
 
 KEYS = ("accept_prob", "acceptance_rate", "mean_acceptance_length", "c", "tokens_per_second", "speedup")
 

@@ -21,7 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from specli.models.head_formats import load_head
 from specli.models.model_dirs import embedded_model
-from specli.training import data, eagle, pard, peagle, tiny
+from specli.training import common, data, eagle, pard, peagle
 from specli.training.corpus import is_validation, stdlib_files, stdlib_root
 
 WINDOWS, CONTEXT = 3, 256  # the first windows of the validation stream the shipped runs measured on
@@ -56,7 +56,7 @@ def _windows() -> torch.Tensor:
         count += len(docs[-1]) + 1
         if count > WINDOWS * CONTEXT + 1:
             break
-    return tiny.fixed_windows(data.token_stream(docs, tokenizer.eos_token_id), WINDOWS, CONTEXT)
+    return common.fixed_windows(data.token_stream(docs, tokenizer.eos_token_id), WINDOWS, CONTEXT)
 
 
 @cache
@@ -139,12 +139,12 @@ def test_a_shipped_drafter_through_its_own_loss_agrees_as_recorded(name):
 
 
 def test_the_distilled_drafter_through_its_loss_agrees_as_recorded():
-    """tiny.draft_loss on the embedded drafter: its agreement is the recorded one (specli/embedded/
+    """common.draft_loss on the embedded drafter: its agreement is the recorded one (specli/embedded/
     training.json) and its KL to the target is small (catches a teacher one position off)."""
     target, _ = _target()
     drafter = AutoModelForCausalLM.from_pretrained(embedded_model("tiny-draft"), dtype=torch.float32).eval()
     with torch.no_grad():
-        loss, record = tiny.draft_loss(drafter, target, _windows(), target_autocast=False)
+        loss, record = common.draft_loss(drafter, target, _windows(), target_autocast=False)
     recorded = json.loads((Path(embedded_model("tiny-draft")).parent / "training.json").read_text())
     assert record["agree"][0] == pytest.approx(recorded["validation"]["draft_agreement"], abs=NEAR_RECORD)
     assert float(loss) < ENTROPY_MARGIN / 2

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from specli.training import data, loop
-from specli.training.tiny import lr_at, make_optimizer, train_step
+from specli.training.common import lr_at, make_optimizer, train_step
 
 
 class _Clock:

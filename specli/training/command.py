@@ -37,6 +37,7 @@ from specli.render.words import count as plural
 from specli.threads import AUTO
 from specli.training import checkpoint, data, jobs, outdir, regenerate
 from specli.training import plan as training_plan
+from specli.training.common import fixed_windows, make_optimizer
 from specli.training.eagle import head_config_for
 from specli.training.loop import DONE, Limits, LoopState, run_steps
 from specli.training.progress import TrainProgress, tokens_count
@@ -49,7 +50,6 @@ from specli.training.recipe import (
     resume_conflicts,
     resumed,
 )
-from specli.training.tiny import fixed_windows, make_optimizer
 
 EAGLE_TARGETS = LAYER_STACK_ARCHITECTURES  # Llama-family: hidden_states[i] enters layer i, the last is normed
 REPORT = outdir.REPORT

@@ -33,15 +33,15 @@ from specli.errors import UsageError
 from specli.models.eagle_head import EagleHead, HeadConfig, default_aux_layers, init_weights
 from specli.models.head_formats import save_head
 from specli.render.words import count as plural
-from specli.training.corpus import load_corpus
-from specli.training.tiny import (
-    _autocast,
-    _fit,
+from specli.training.common import (
     encode_stream,
+    fit,
     fixed_windows,
+    mixed_precision,
     random_windows,
     round_trip_half,
 )
+from specli.training.corpus import load_corpus
 
 HEAD_DIRS = {"eagle3": "tiny-eagle3", "eagle1": "tiny-eagle1"}
 
@@ -187,7 +187,7 @@ def target_pass(
     """batch [B, T] -> (features [B, T, len(layers)·H], target log-probs [B, T, V]), float32. autocast:
     the target runs under bfloat16 autocast (the shipped recipes: faster on CPU); False: in its own dtype,
     so the features are exactly those it hands the head when drafting."""
-    with _autocast(batch.device.type) if autocast else torch.autocast(batch.device.type, enabled=False):
+    with mixed_precision(batch.device.type) if autocast else torch.autocast(batch.device.type, enabled=False):
         out = target(input_ids=batch, output_hidden_states=True, use_cache=False)
     features = torch.cat([out.hidden_states[i].float() for i in layers], -1)
     return features, out.logits.float().log_softmax(-1)
@@ -272,7 +272,7 @@ def head_loss(
         scale = features.pow(2).mean(-1, keepdim=True).sqrt() * recipe.feature_noise
         features = features + torch.randn(features.shape, generator=noise).to(features.device) * scale
     _, t = batch.shape
-    with _autocast(batch.device.type):
+    with mixed_precision(batch.device.type):
         states = unrolled_states(head, batch, features, recipe.ttt_steps)
     total = torch.zeros((), device=batch.device)
     parts: dict[str, Any] = {}
@@ -362,7 +362,7 @@ def train_head(target, tokenizer, recipe: HeadRecipe, out: Path, log=print) -> d
         return head_loss(head, target, window[:, :-1], recipe, noise)
 
     started = time.perf_counter()
-    history = _fit(head, recipe.kind, recipe.steps, recipe.lr, recipe.log_every, step_loss)
+    history = fit(head, recipe.kind, recipe.steps, recipe.lr, recipe.log_every, step_loss)
     seconds = time.perf_counter() - started
     round_trip_half(head)
     windows = fixed_windows(valid_stream, recipe.eval_windows, recipe.context)

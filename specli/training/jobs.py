@@ -1,6 +1,6 @@
 """One `Job` per kind: the model the optimizer trains, the loss of one batch, the random generators it
 draws from, its validation and how it is written. The math is the recipes' own (eagle.head_loss,
-peagle.peagle_loss, pard.pard_loss, tiny.draft_loss); this module only puts it together for any target.
+peagle.peagle_loss, pard.pard_loss, common.draft_loss); this module only puts it together for any target.
 
 Building a job is deterministic given the recipe and the data (a resumed run builds the same job, then
 loads the checkpoint's weights, optimizer state and random states over it).
@@ -19,8 +19,8 @@ from specli.errors import UsageError
 from specli.models.eagle_head import EagleHead, init_weights
 from specli.models.head_formats import save_head
 from specli.training import eagle, pard, peagle
+from specli.training.common import draft_loss, random_windows
 from specli.training.recipe import TrainRecipe
-from specli.training.tiny import draft_loss, random_windows
 
 # Seeds of each kind's generators, offset from --seed as the shipped recipes offset them.
 SEED_OFFSETS = {

@@ -1,4 +1,4 @@
-"""The loop `specli train` runs: one optimizer step at a time (specli.training.tiny.train_step, the math
+"""The loop `specli train` runs: one optimizer step at a time (specli.training.common.train_step, the math
 every recipe shares), a checkpoint every N steps, and a clean stop between two steps at Ctrl-C or at the
 deadline, so the checkpoint written then continues exactly where the run stopped.
 
@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import torch
 
-from specli.training.tiny import train_step
+from specli.training.common import train_step
 
 DONE, INTERRUPTED, TIME_LIMIT = "done", "interrupted", "time limit"
 

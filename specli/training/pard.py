@@ -28,17 +28,17 @@ from typing import Any
 import torch
 
 from specli.render.words import count as plural
-from specli.training.corpus import load_corpus
-from specli.training.tiny import (
-    _autocast,
-    _fit,
+from specli.training.common import (
     count_parameters,
     encode_stream,
+    fit,
     fixed_windows,
+    mixed_precision,
     random_windows,
     round_trip_half,
     save_model,
 )
+from specli.training.corpus import load_corpus
 
 PARD_DIR = "tiny-pard"
 MASK_KEY = "pard_token"  # the config key naming the mask token id (as PARD checkpoints do)
@@ -161,12 +161,12 @@ def pard_loss(
     device = window.device.type
     with (
         torch.no_grad(),
-        _autocast(device) if recipe.target_autocast else torch.autocast(device, enabled=False),
+        mixed_precision(device) if recipe.target_autocast else torch.autocast(device, enabled=False),
     ):
         logits = target(input_ids=window, use_cache=False).logits
     vocab = min(logits.shape[-1], mask_id)
     teacher = logits[..., :vocab].float().softmax(-1)  # [B, T, V]
-    with _autocast(device):
+    with mixed_precision(device):
         logits = parallel_logits(drafter, window, layout, mask_id)  # [B, L, V+1]
     student = logits[..., :vocab].float().log_softmax(-1)
     place = layout.positions.to(window.device)  # [L]: the target position each slot distils
@@ -234,7 +234,7 @@ def train_pard(drafter, target, tokenizer, recipe: PardRecipe, out: Path, log=pr
         return pard_loss(drafter, target, window, recipe, mask_id, layouts)
 
     started = time.perf_counter()
-    history = _fit(drafter, "pard", recipe.steps, recipe.lr, recipe.log_every, step_loss)
+    history = fit(drafter, "pard", recipe.steps, recipe.lr, recipe.log_every, step_loss)
     seconds = time.perf_counter() - started
     round_trip_half(drafter)
     validation = evaluate(drafter, target, windows, recipe.parallel, mask_id)

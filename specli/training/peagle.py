@@ -30,17 +30,17 @@ from torch.nn import functional as F
 from specli.models.eagle_head import EagleHead
 from specli.models.head_formats import load_head, save_head
 from specli.render.words import count as plural
-from specli.training.corpus import load_corpus
-from specli.training.eagle import target_pass
-from specli.training.pard import Packed, agreement, pack
-from specli.training.tiny import (
-    _autocast,
-    _fit,
+from specli.training.common import (
     encode_stream,
+    fit,
     fixed_windows,
+    mixed_precision,
     random_windows,
     round_trip_half,
 )
+from specli.training.corpus import load_corpus
+from specli.training.eagle import target_pass
+from specli.training.pard import Packed, agreement, pack
 
 PEAGLE_DIR = "tiny-peagle"
 
@@ -140,7 +140,7 @@ def peagle_loss(
     features, logp = target_pass(target, window, c.aux_layers, recipe.target_autocast)  # [B, T, F], [B, T, V]
     layout = pack(window.shape[1] - 1, recipe.parallel, recipe.retain, generator)
     ids = head.draft_to_target()
-    with _autocast(window.device.type):
+    with mixed_precision(window.device.type):
         embeds, hidden = packed_inputs(head, window, features, layout)
         states = packed_states(head, embeds, hidden, layout)  # [B, L, H]
         logits = head.draft_logits(states)
@@ -200,7 +200,7 @@ def train_peagle(head: EagleHead, target, tokenizer, recipe: PEagleRecipe, out: 
         return peagle_loss(head, target, window, recipe, layouts)
 
     started = time.perf_counter()
-    history = _fit(head, "peagle", recipe.steps, recipe.lr, recipe.log_every, step_loss)
+    history = fit(head, "peagle", recipe.steps, recipe.lr, recipe.log_every, step_loss)
     seconds = time.perf_counter() - started
     round_trip_half(head)
     validation = evaluate(head, target, windows, recipe.parallel)

@@ -24,7 +24,7 @@ PARALLEL_KINDS = ("peagle", "pard")  # draft k tokens in one forward
 @dataclass(frozen=True)
 class TrainRecipe:
     """Every knob of a run. Sources as the user named them; sizes in tokens; lr the peak of a 5% warm-up
-    then cosine decay to 10% (specli.training.tiny.lr_at)."""
+    then cosine decay to 10% (specli.training.common.lr_at)."""
 
     kind: str
     target: str

@@ -5,18 +5,18 @@ drafter -> safetensors folders + training.json.
     python -m specli.training.tiny --out /tmp/t --quick    # a few steps, for tests
 
 The shipped weights in specli/embedded/ come from `--out specli/embedded` with the defaults.
+The toolbox this recipe shares with the others (windows, optimizer, mixed precision, the loop, the
+draft model's loss, saving) is common.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,8 +26,19 @@ import torch.nn.functional as F
 
 from specli.render.words import count as plural
 from specli.training.bpe import train_tokenizer
+from specli.training.common import (
+    count_parameters,
+    draft_loss,
+    encode_stream,
+    fit,
+    fixed_windows,
+    mixed_precision,
+    random_windows,
+    round_trip_half,
+    save_model,
+)
 from specli.training.corpus import Corpus, load_corpus
-from specli.training.layerskip import LayerSkipConfig, depth_logits, distillation_loss, layerskip_loss
+from specli.training.layerskip import LayerSkipConfig, depth_logits, layerskip_loss
 
 TARGET_DIR = "tiny-target"
 DRAFT_DIR = "tiny-draft"
@@ -92,30 +103,6 @@ def quick_recipe() -> Recipe:
     )
 
 
-# --------------------------------------------------------------------------- data
-
-
-def encode_stream(tokenizer, texts: list[str]) -> torch.Tensor:
-    """All texts tokenized and joined with EOS after each file -> [N] int64."""
-    ids: list[int] = []
-    for encoding in tokenizer.backend_tokenizer.encode_batch(texts, add_special_tokens=False):
-        ids.extend(encoding.ids)
-        ids.append(tokenizer.eos_token_id)
-    return torch.tensor(ids, dtype=torch.long)
-
-
-def random_windows(stream: torch.Tensor, batch: int, length: int, generator: torch.Generator) -> torch.Tensor:
-    """batch random windows of length+1 tokens -> [batch, length+1]."""
-    starts = torch.randint(0, stream.numel() - length - 1, (batch,), generator=generator)
-    return torch.stack([stream[s : s + length + 1] for s in starts.tolist()])
-
-
-def fixed_windows(stream: torch.Tensor, count: int, length: int) -> torch.Tensor:
-    """Up to count consecutive non-overlapping windows of length+1 tokens -> [n, length+1]."""
-    n = min(count, (stream.numel() - 1) // length)
-    return torch.stack([stream[i * length : i * length + length + 1] for i in range(n)])
-
-
 # --------------------------------------------------------------------------- models
 
 
@@ -145,97 +132,6 @@ def build_model(config):
     return LlamaForCausalLM(config)
 
 
-def make_optimizer(model, lr: float) -> torch.optim.Optimizer:
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    rest = [p for p in model.parameters() if p.ndim < 2]
-    groups = [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95))
-
-
-def lr_at(step: int, total: int, peak: float) -> float:
-    """Linear warm-up over 5% of the steps, then cosine decay to 10% of peak."""
-    warmup = max(1, total // 20)
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
-
-
-def _autocast(device_type: str = "cpu") -> torch.autocast:
-    """bfloat16 autocast on `device_type` (float32 master weights); SPECLI_TRAIN_FP32=1 trains in float32."""
-    return torch.autocast(
-        device_type, dtype=torch.bfloat16, enabled=os.environ.get("SPECLI_TRAIN_FP32") != "1"
-    )
-
-
-def train_step(
-    model,
-    optimizer: torch.optim.Optimizer,
-    step: int,
-    total: int,
-    peak_lr: float,
-    step_loss: Callable[[], tuple[torch.Tensor, dict[str, Any]]],
-) -> dict[str, Any]:
-    """One optimizer step of every recipe: the learning rate of `step` (lr_at), backward, gradient
-    clipping at 1, AdamW. step_loss() -> (loss, record); returns the record."""
-    for group in optimizer.param_groups:
-        group["lr"] = lr_at(step, total, peak_lr)
-    loss, record = step_loss()
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return record
-
-
-# --------------------------------------------------------------------------- loops
-
-
-def _progress():
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("loss {task.fields[loss]:.3f}"),
-        TimeRemainingColumn(elapsed_when_finished=True),
-    )
-
-
-def _log_plain(progress, name: str, step: int, total: int, loss: float) -> None:
-    """Without a terminal the bar cannot redraw: print a line every 5% of the steps instead."""
-    if not progress.console.is_terminal and (step + 1) % max(1, total // 20) == 0:
-        progress.console.print(f"{name} step {step + 1}/{total} loss {loss:.3f}")
-
-
-def _fit(
-    model,
-    name: str,
-    steps: int,
-    peak_lr: float,
-    log_every: int,
-    step_loss: Callable[[], tuple[torch.Tensor, dict[str, Any]]],
-) -> list[dict]:
-    """The training loop both models share: AdamW with warm-up + cosine decay, gradient clipping at 1,
-    a progress bar. step_loss() -> (loss, record); record's first value is the loss shown and logged.
-    Returns the records of every log_every-th step (and the last)."""
-    optimizer = make_optimizer(model, peak_lr)
-    history: list[dict] = []
-    model.train()
-    with _progress() as progress:
-        task = progress.add_task(name, total=steps, loss=float("nan"))
-        for step in range(steps):
-            record = train_step(model, optimizer, step, steps, peak_lr, step_loss)
-            shown = next(iter(record.values()))
-            if step % log_every == 0 or step == steps - 1:
-                history.append({"step": step, **record})
-            progress.update(task, advance=1, loss=shown)
-            _log_plain(progress, name, step, steps, shown)
-    model.eval()
-    return history
-
-
 def train_target(model, stream: torch.Tensor, recipe: Recipe) -> list[dict]:
     """LayerSkip training of the target; returns the logged loss history."""
     generator = torch.Generator().manual_seed(recipe.seed)
@@ -245,11 +141,11 @@ def train_target(model, stream: torch.Tensor, recipe: Recipe) -> list[dict]:
 
     def step_loss() -> tuple[torch.Tensor, dict[str, Any]]:
         batch = random_windows(stream, recipe.batch_size, recipe.context, generator)
-        with _autocast():
+        with mixed_precision():
             loss, parts = layerskip_loss(model, batch, config, skip_generator)
         return loss, {"loss": round(parts[final_depth], 4), "exits": _rounded(parts)}
 
-    return _fit(model, "target", recipe.target_steps, recipe.target_lr, recipe.log_every, step_loss)
+    return fit(model, "target", recipe.target_steps, recipe.target_lr, recipe.log_every, step_loss)
 
 
 def distill_draft(draft, target, stream: torch.Tensor, recipe: Recipe) -> list[dict]:
@@ -262,31 +158,7 @@ def distill_draft(draft, target, stream: torch.Tensor, recipe: Recipe) -> list[d
         window = random_windows(stream, recipe.batch_size, recipe.context, generator)
         return draft_loss(draft, target, window, recipe.draft_loss)
 
-    return _fit(draft, "drafter", recipe.draft_steps, recipe.draft_lr, recipe.log_every, step_loss)
-
-
-def draft_loss(
-    draft, target, window: torch.Tensor, kind: str = "kl", target_autocast: bool = True
-) -> tuple[torch.Tensor, dict[str, Any]]:
-    """The drafter's loss on window [B, T+1]: KL(p_target || q_draft) at every position ("kl"), or the
-    cross-entropy of the data's next tokens ("ce", the ablation), over the token range both models share
-    (their embedding rows may differ). The record: the loss, then `agree` [depth 1]: how often the
-    drafter's argmax is the target's. target_autocast: the target under bfloat16 autocast (else in its
-    own dtype)."""
-    batch, labels = window[:, :-1], window[:, 1:]
-    device = batch.device.type
-    with torch.no_grad(), _autocast(device) if target_autocast else torch.autocast(device, enabled=False):
-        teacher = target(input_ids=batch, use_cache=False).logits  # [B, T, V_target]
-    with _autocast(device):
-        student = draft(input_ids=batch, use_cache=False).logits  # [B, T, V_draft]
-    shared = min(teacher.shape[-1], student.shape[-1])
-    teacher, student = teacher[..., :shared], student[..., :shared]
-    if kind == "kl":
-        loss = distillation_loss(student.flatten(0, 1), teacher.flatten(0, 1))
-    else:  # the ablation: the data's next tokens only
-        loss = F.cross_entropy(student.flatten(0, 1).float(), labels.flatten())
-    agree = (student.argmax(-1) == teacher.argmax(-1)).float().mean().item()
-    return loss, {kind: round(loss.item(), 4), "agree": [round(agree, 4)]}
+    return fit(draft, "drafter", recipe.draft_steps, recipe.draft_lr, recipe.log_every, step_loss)
 
 
 def _rounded(parts: dict[int, float]) -> dict[str, float]:
@@ -330,33 +202,6 @@ def evaluate(target, draft, windows: torch.Tensor) -> dict:
         report["draft_loss"] = round(draft_ce / count, 4)
         report["draft_agreement"] = round(draft_agree / count, 4)
     return report
-
-
-def save_model(model, tokenizer, folder: Path) -> None:
-    """float16 safetensors + config + generation config + the shared tokenizer."""
-    from transformers import GenerationConfig
-
-    folder.mkdir(parents=True, exist_ok=True)
-    model.generation_config = GenerationConfig(
-        bos_token_id=tokenizer.eos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.eos_token_id,
-    )
-    half = model.to(torch.float16)
-    half.save_pretrained(folder)
-    model.to(torch.float32)
-    tokenizer.save_pretrained(folder)
-
-
-def round_trip_half(model) -> None:
-    """Make the in-memory weights equal to what was saved in float16."""
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(p.to(torch.float16).to(torch.float32))
-
-
-def count_parameters(model) -> int:
-    return sum(p.numel() for p in model.parameters())
 
 
 # --------------------------------------------------------------------------- main
