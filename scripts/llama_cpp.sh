@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# llama.cpp's llama-server beside specli, on the embedded pair (README: "Against llama.cpp").
+# llama.cpp's llama-server beside specli, on the embedded pair (docs/performance.md: "Against llama.cpp").
 #
 #   sh scripts/llama_cpp.sh build     # llama-server from source + the embedded pair as GGUF (~20 min, 2 cores)
 #   sh scripts/llama_cpp.sh serve     # llama-server on 127.0.0.1:8090 with the drafter (draft-simple)

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The parallel-drafting figures of the README: each drafter of the embedded pair at k = 2..8 (every
+# The parallel-drafting figures of docs/performance.md: each drafter of the embedded pair at k = 2..8 (every
 # round drafts exactly k), autoregressive against parallel at the same size. ~12 min on 2 CPU cores
 # (THREADS=1 sh scripts/parallel_sweep.sh: one thread, ~20 min).
 set -e

@@ -31,7 +31,8 @@ GENERATION_FIELDS = ("max_new_tokens", "temperature", "top_k", "top_p")
 SPECULATION_FIELDS = ("num_draft_tokens", "fixed_k", "draft_p_min", "ngram_min", "ngram_max", "exit_layer")
 _RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than_equal", "finite_number"}
 # lookup's most drafts per round where neither the caller nor a lookup preset names k: its drafts cost
-# nothing but verify width, and the per-round controller drafts less where they stop paying (README).
+# nothing but verify width, and the per-round controller drafts less where they stop paying
+# (docs/strategies.md).
 LOOKUP_DRAFT_TOKENS = 16
 
 # What a value out of its range means, per field, in the words of the command line (option names).

@@ -303,8 +303,8 @@ def test_cuda_without_cuda_is_a_runtime_error(tiny_pair):
 
 
 def test_a_drafter_named_alone_drafts_for_the_default_target():
-    """`--draft embedded:tiny-pard` alone runs on the embedded target (the README's command); a drafter
-    folder that does not exist is named."""
+    """`--draft embedded:tiny-pard` alone runs on the embedded target (the command in docs/strategies.md);
+    a drafter folder that does not exist is named."""
     args = ("generate", "def f(x):", "--draft", "embedded:tiny-pard", "--max-new-tokens", "6", "--json")
     result = invoke(*args)
     assert result.exit_code == 0, result.output

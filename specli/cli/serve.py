@@ -126,7 +126,8 @@ def serve(
             raise UsageError(
                 "specli serve does not compile: each request brings a prompt length and max_tokens of its "
                 "own, and a shape not compiled yet would compile inside that request (10-75 s on CPU).",
-                "Leave --compile out (on CPU it gains 5-15% on plain decoding only: README, --compile).",
+                "Leave --compile out (on CPU it gains 5-15% on plain decoding only: docs/performance.md, "
+                "--compile).",
             )
         key, origins = _checked_key(api_key), _checked_origins(cors_origin or [])
         stopped_by = _serve(models, options, host, port, key, max_queue, no_color, origins)
