@@ -8,7 +8,8 @@ import io
 from rich.console import Console
 
 from specli.models import loading
-from specli.render.progress import Counted, clock, loading_progress, new_progress, time_left, tqdm_for
+from specli.render.progress import Counted, loading_progress, new_progress, time_left, tqdm_for
+from specli.wording import clock
 
 
 def _console(terminal: bool) -> Console:

@@ -552,7 +552,7 @@ def test_no_color_loading_bar_has_no_colour():
 def test_counts_agree_in_number(tokenizer):
     """Bug: "1 rounds". Every count printed by the views agrees with its number."""
     from specli.engine.events import Stats
-    from specli.render.plain import summary_line
+    from specli.wording import summary_line
 
     stats = Stats(rounds=1, tokens=1, elapsed=0.5)
     assert " 1 round · 1 token in " in summary_line(stats, "none")

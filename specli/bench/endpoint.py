@@ -33,7 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 from specli.bench.prompts import BenchPrompt
 from specli.bench.run import BenchSettings, Progress, latency_metrics, speculation_metrics
 from specli.errors import UsageError
-from specli.render.words import count
+from specli.wording import count
 
 if TYPE_CHECKING:
     import httpx

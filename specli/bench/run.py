@@ -32,7 +32,7 @@ from specli import __version__
 from specli.bench.prompts import BenchPrompt
 from specli.engine.events import Stats
 from specli.errors import UsageError
-from specli.render.words import count
+from specli.wording import count
 
 if TYPE_CHECKING:
     import torch

@@ -53,8 +53,9 @@ from specli.cli.prompt_input import prompt_text
 from specli.cli.run import compile_words, prepare_rounds, save_view
 from specli.errors import UsageError
 from specli.render.live import LiveView, TokenView
-from specli.render.plain import PlainWriter, summary_line
+from specli.render.plain import PlainWriter
 from specli.threads import AUTO
+from specli.wording import summary_line
 
 
 @app.command(

@@ -16,9 +16,9 @@ from rich.console import Console
 from specli.cli.common import quiet_transformers, stderr_console
 from specli.cli.options import GenerationOptions, ModelOptions, check_before_loading
 from specli.render.progress import loading_progress
-from specli.render.words import count
 from specli.settings import Settings
 from specli.threads import parse_threads
+from specli.wording import count
 
 if TYPE_CHECKING:
     from specli.api import Pair

@@ -187,7 +187,7 @@ def _serve(
     check_before_loading(models, options)  # before torch: a usage error comes at once
     from specli.api import preset_for
     from specli.cli.run import load_pair
-    from specli.render.plain import strategy_label
+    from specli.wording import strategy_label
 
     console = stderr_console(no_color)
     spec = preset_for(models.preset, target=models.target, draft=models.draft)

@@ -11,7 +11,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from specli.render.words import count
+from specli.wording import count
 
 NOT_REPORTED = "not reported by this server"  # specli.bench.endpoint.NOT_REPORTED (that module needs httpx)
 

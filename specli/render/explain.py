@@ -16,8 +16,8 @@ from rich.text import Text
 from specli.engine.events import Round, Stats, TokenKind, expected_acceptance_length
 from specli.render.plain import draft_words
 from specli.render.styles import KIND_STYLES, shown
-from specli.render.words import count, head_name, stop_text
 from specli.text import IncrementalDecoder
+from specli.wording import count, head_name, stop_text
 
 CONTEXT_CHARS = 80
 

@@ -15,10 +15,10 @@ from rich.segment import Segment
 from rich.text import Text
 
 from specli.engine.events import Round, Stats, TokenKind
-from specli.render.plain import draft_words, strategy_label
+from specli.render.plain import draft_words
 from specli.render.styles import KIND_LABELS, KIND_STYLES, visible
-from specli.render.words import count, drafter_note, stop_text
 from specli.text import IncrementalDecoder, continuation_text
+from specli.wording import count, drafter_note, stop_text, strategy_label
 
 CONTEXT_IDS = 8  # committed ids decoded before rejected drafts, for leading spaces and merges
 

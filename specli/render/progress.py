@@ -32,7 +32,8 @@ from rich.progress import (
 from rich.text import Text
 from tqdm.std import tqdm
 
-from specli.render.words import count as plural
+from specli.wording import clock
+from specli.wording import count as plural
 
 PLAIN_STEPS = 4  # off a terminal, a byte bar prints a line at every quarter of its total
 
@@ -127,13 +128,6 @@ def loading_progress(
         yield lambda label: tqdm_for(progress, label)
     if plain:
         _print(console, f"{announce}: models loaded in {clock(time.monotonic() - start)}")
-
-
-def clock(seconds: float) -> str:
-    """'0:07', '12:30', '1:02:03' (whole seconds)."""
-    minutes, secs = divmod(int(max(0.0, seconds) + 0.5), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 def time_left(

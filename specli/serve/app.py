@@ -26,7 +26,6 @@ from starlette.types import Receive, Scope, Send
 
 from specli.engine.events import Round
 from specli.errors import UsageError
-from specli.render.words import count
 from specli.serve.auth import require_key
 from specli.serve.body import MAX_BODY_BYTES, read_json
 from specli.serve.errors import SERVER, APIError, install_handlers
@@ -37,6 +36,7 @@ from specli.serve.responses import DONE, Shape, sse
 from specli.serve.schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest
 from specli.serve.stops import StopTrimmer
 from specli.serve.worker import SHUTDOWN, Finished, Job, QueueFull, ShuttingDown, Worker
+from specli.wording import count
 
 if TYPE_CHECKING:
     from specli.api import Pair

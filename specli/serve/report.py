@@ -27,8 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specli.engine.events import Stats, StopReason
-from specli.render.plain import summary_line
-from specli.render.words import count
+from specli.wording import count, summary_line
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,6 @@ from specli.errors import UsageError
 from specli.models import head_formats, loading, memory
 from specli.models.layer_stack import LAYER_STACK_ARCHITECTURES
 from specli.render.progress import Counted, loading_progress
-from specli.render.words import count as plural
 from specli.threads import AUTO
 from specli.training import checkpoint, data, jobs, outdir, regenerate
 from specli.training import plan as training_plan
@@ -50,6 +49,7 @@ from specli.training.recipe import (
     resume_conflicts,
     resumed,
 )
+from specli.wording import count as plural
 
 EAGLE_TARGETS = LAYER_STACK_ARCHITECTURES  # Llama-family: hidden_states[i] enters layer i, the last is normed
 REPORT = outdir.REPORT

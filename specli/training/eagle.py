@@ -32,7 +32,6 @@ import torch.nn.functional as F
 from specli.errors import UsageError
 from specli.models.eagle_head import EagleHead, HeadConfig, default_aux_layers, init_weights
 from specli.models.head_formats import save_head
-from specli.render.words import count as plural
 from specli.training.common import (
     encode_stream,
     fit,
@@ -42,6 +41,7 @@ from specli.training.common import (
     round_trip_half,
 )
 from specli.training.corpus import load_corpus
+from specli.wording import count as plural
 
 HEAD_DIRS = {"eagle3": "tiny-eagle3", "eagle1": "tiny-eagle1"}
 

@@ -27,7 +27,6 @@ from typing import Any
 
 import torch
 
-from specli.render.words import count as plural
 from specli.training.common import (
     count_parameters,
     encode_stream,
@@ -39,6 +38,7 @@ from specli.training.common import (
     save_model,
 )
 from specli.training.corpus import load_corpus
+from specli.wording import count as plural
 
 PARD_DIR = "tiny-pard"
 MASK_KEY = "pard_token"  # the config key naming the mask token id (as PARD checkpoints do)

@@ -29,7 +29,6 @@ from torch.nn import functional as F
 
 from specli.models.eagle_head import EagleHead
 from specli.models.head_formats import load_head, save_head
-from specli.render.words import count as plural
 from specli.training.common import (
     encode_stream,
     fit,
@@ -41,6 +40,7 @@ from specli.training.common import (
 from specli.training.corpus import load_corpus
 from specli.training.eagle import target_pass
 from specli.training.pard import Packed, agreement, pack
+from specli.wording import count as plural
 
 PEAGLE_DIR = "tiny-peagle"
 

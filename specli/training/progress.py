@@ -14,8 +14,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from specli.render.progress import clock
 from specli.training.loop import LoopState
+from specli.wording import clock
 
 SMOOTHING = 0.1
 DEPTHS_SHOWN = 3

@@ -24,7 +24,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from specli.render.words import count as plural
 from specli.training.bpe import train_tokenizer
 from specli.training.common import (
     count_parameters,
@@ -39,6 +38,7 @@ from specli.training.common import (
 )
 from specli.training.corpus import Corpus, load_corpus
 from specli.training.layerskip import LayerSkipConfig, depth_logits, layerskip_loss
+from specli.wording import count as plural
 
 TARGET_DIR = "tiny-target"
 DRAFT_DIR = "tiny-draft"
