@@ -11,13 +11,14 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from specli.api import GenerationStats, Pair, Result, load
+    from specli.api import load
     from specli.engine.events import Round, Stats, TokenKind
+    from specli.pair import GenerationStats, Pair, Result
 
 _LAZY = {
-    "GenerationStats": "specli.api",
-    "Pair": "specli.api",
-    "Result": "specli.api",
+    "GenerationStats": "specli.pair",
+    "Pair": "specli.pair",
+    "Result": "specli.pair",
     "load": "specli.api",
     "Round": "specli.engine.events",
     "Stats": "specli.engine.events",

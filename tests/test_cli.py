@@ -492,9 +492,9 @@ def test_generate_help_shows_examples():
 
 
 def test_ctrl_c_prints_what_was_generated_and_the_stats(tiny_pair, full_run, monkeypatch):
-    import specli.api
+    import specli.pair
 
-    real = specli.api.generate_rounds
+    real = specli.pair.generate_rounds
 
     def interrupted_after_three_rounds(*args, **kwargs):
         for i, r in enumerate(real(*args, **kwargs)):
@@ -502,7 +502,7 @@ def test_ctrl_c_prints_what_was_generated_and_the_stats(tiny_pair, full_run, mon
                 raise KeyboardInterrupt
             yield r
 
-    monkeypatch.setattr(specli.api, "generate_rounds", interrupted_after_three_rounds)
+    monkeypatch.setattr(specli.pair, "generate_rounds", interrupted_after_three_rounds)
     result = invoke("generate", PROMPT, *pair_args(tiny_pair, "--max-new-tokens", str(N)))
     assert result.exit_code == 130
     assert "Traceback" not in result.output

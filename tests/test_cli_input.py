@@ -27,6 +27,7 @@ from typer.testing import CliRunner
 
 import specli
 import specli.api
+import specli.pair
 from specli.cli import app
 from specli.cli.prompt_input import STEP_HINT, check_text, decode_prompt
 from specli.engine.events import Round, TokenKind
@@ -342,7 +343,7 @@ def test_sampling_options_with_greedy_decoding_get_a_note():
 
 
 def test_interrupted_json_says_why_it_stopped(monkeypatch):
-    real = specli.api.generate_rounds
+    real = specli.pair.generate_rounds
 
     def interrupted_after_two_rounds(*args, **kwargs):
         for i, r in enumerate(real(*args, **kwargs)):
@@ -350,7 +351,7 @@ def test_interrupted_json_says_why_it_stopped(monkeypatch):
                 raise KeyboardInterrupt
             yield r
 
-    monkeypatch.setattr(specli.api, "generate_rounds", interrupted_after_two_rounds)
+    monkeypatch.setattr(specli.pair, "generate_rounds", interrupted_after_two_rounds)
     result = invoke("generate", PROMPT, "--device", "cpu", "--json")
     assert result.exit_code == 130, result.output
     stats = json.loads(result.stdout)["stats"]

@@ -19,7 +19,7 @@ from conftest import make_model, save_model
 from typer.testing import CliRunner
 
 import specli
-from specli.api import Pair
+from specli.pair import Pair
 from specli.cli import app
 from specli.errors import UsageError
 from specli.models.cached_lm import CachedLM

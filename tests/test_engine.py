@@ -110,7 +110,7 @@ def test_one_target_forward_and_k_drafter_forwards_per_round(tiny_pair, lean):
         ),
     ]
     if lean:  # the drafter steps through specli's own forward: count those calls
-        step = pair._lean_step(pair.draft_model)[0]
+        step = pair.lean_step(pair.draft_model)[0]
         own = step.forward
         step.forward = lambda ids, cache, **kw: calls["draft"].append(len(ids)) or own(ids, cache, **kw)
     try:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import specli
-from specli.api import Pair
+from specli.pair import Pair
 from specli.models import loading
 from specli.models.cached_lm import CachedLM
 from specli.models.head_formats import load_head

@@ -18,7 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 import specli
-import specli.api
+import specli.pair
 from specli.engine.draft_length import DraftLength
 from specli.engine.sampling import SamplingConfig
 from specli.serve import ServeConfig, create_app
@@ -70,13 +70,13 @@ def served(pair, app_client, monkeypatch) -> Served:
     http, lines = app_client
     lines.clear()
     here = Served(pair, http, lines)
-    engine = specli.api.generate_rounds
+    engine = specli.pair.generate_rounds
 
     def recording(target, drafter, ids, config, criteria, max_positions):
         here.engine.append((config, list(ids)))
         return engine(target, drafter, ids, config, criteria, max_positions)
 
-    monkeypatch.setattr(specli.api, "generate_rounds", recording)
+    monkeypatch.setattr(specli.pair, "generate_rounds", recording)
     return here
 
 

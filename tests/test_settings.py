@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 import specli.api
 import specli.bench.run
 import specli.models.loading
-from specli.api import Pair
+from specli.pair import Pair
 from specli.cli import app
 from specli.errors import UsageError
 from specli.presets import GenerationSpec, ModelSpec, Preset, SpeculationSpec

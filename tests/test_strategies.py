@@ -9,7 +9,7 @@ import torch
 from conftest import OLD_SLIDING_CACHE, make_model
 from test_lossless_sampling import V, exact_joint, g_test_pvalue
 
-from specli.api import Pair
+from specli.pair import Pair
 from specli.drafters.prompt_lookup import PromptLookupDrafter
 from specli.drafters.self_speculative import SelfSpeculativeDrafter
 from specli.engine.loop import EngineConfig, generate_rounds

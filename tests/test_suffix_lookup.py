@@ -10,7 +10,7 @@ import torch
 from conftest import make_model, save_model
 
 import specli
-from specli.api import Pair
+from specli.pair import Pair
 from specli.drafters.prompt_lookup import PromptLookupDrafter
 from specli.drafters.suffix_index import SuffixIndex
 from specli.engine.sampling import SamplingConfig

@@ -364,7 +364,7 @@ def test_regenerate_trains_on_the_targets_greedy_answers_and_caches_them(files, 
     def refuse(*args, **kwargs):
         raise AssertionError("the target generated again")
 
-    monkeypatch.setattr(specli.api.Pair, "generate", refuse)
+    monkeypatch.setattr(specli.pair.Pair, "generate", refuse)
     train(*args, "--out", str(tmp_path / "two"))
     again = json.loads((tmp_path / "two" / "training.json").read_text())["data"]["regenerated"]
     assert again["generated_now"] == 0 and again["from_cache"] == 4

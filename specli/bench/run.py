@@ -37,7 +37,7 @@ from specli.wording import count
 if TYPE_CHECKING:
     import torch
 
-    from specli.api import Pair
+    from specli.pair import Pair
     from specli.settings import Settings
 
 BASELINE = "none"

@@ -145,7 +145,7 @@ def generate(
                         writer.round(r)
             except KeyboardInterrupt:
                 interrupted = token_view.interrupted = True  # the final frame says so
-        from specli.api import GenerationStats, Result
+        from specli.pair import GenerationStats, Result
 
         stats = GenerationStats.of(
             pair, settings, len(ids), models.strategy, compile_time=run.compile_time, interrupted=interrupted

@@ -21,7 +21,7 @@ from specli.threads import parse_threads
 from specli.wording import count
 
 if TYPE_CHECKING:
-    from specli.api import Pair
+    from specli.pair import Pair
 
 # torch and transformers load only inside the commands that run a model (specli.api, specli.bench.run and
 # transformers' logging are imported there), never at import: `specli --version`, `--help` and

@@ -39,7 +39,7 @@ from specli.serve.worker import SHUTDOWN, Finished, Job, QueueFull, ShuttingDown
 from specli.wording import count
 
 if TYPE_CHECKING:
-    from specli.api import Pair
+    from specli.pair import Pair
     from specli.settings import Settings
 
 

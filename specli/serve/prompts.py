@@ -10,7 +10,7 @@ from specli.errors import UsageError
 from specli.serve.errors import APIError, one_line
 
 if TYPE_CHECKING:
-    from specli.api import Pair
+    from specli.pair import Pair
 
 
 def has_chat_template(pair: Pair) -> bool:

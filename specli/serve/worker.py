@@ -24,7 +24,7 @@ from specli.serve.errors import one_line
 from specli.serve.report import Outcome, finish_reason
 
 if TYPE_CHECKING:
-    from specli.api import Pair
+    from specli.pair import Pair
     from specli.settings import Settings
 
 

@@ -650,10 +650,9 @@ def _measure(pair: Any, checked: Checked, session: Session, console: Console) ->
     prompts = checked.eval_prompts
     if not prompts:
         return None
-    drafters = [measure.Drafter("trained", str(session.out), measure.drafter_pair(pair, str(session.out)))]
+    drafters = [measure.drafter("trained", pair, str(session.out))]
     if session.compare_with:
-        other = measure.drafter_pair(pair, session.compare_with, session.allow_pickle)
-        drafters.append(measure.Drafter("compare", session.compare_with, other))
+        drafters.append(measure.drafter("compare", pair, session.compare_with, session.allow_pickle))
     runs = (len(prompts) + 1) * (len(drafters) + 1)
     with Counted(console, "measure", runs) as counted:
         counted.stage(f"{plural(len(prompts), 'held-out prompt')}, greedy, plain and drafted", runs)

@@ -1,8 +1,9 @@
 """What a trained drafter buys, measured as `specli bench` measures it: held-out prompts generated greedy
 through specli's engine by plain decoding and by the drafter read back from its folder (and by
 --compare-with, another drafter), every drafter at a fixed k so α and τ do not depend on timing.
-The drafter is read with the loaders `specli.load` uses (its checks included), beside the target
-already in memory; greedy output must equal plain decoding's, token for token.
+The drafter is read with the loaders `specli.load` uses (its checks included) and attached
+(`Pair.attach`) to a pair of the target already in memory; greedy output must equal plain decoding's,
+token for token.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ from typing import Any
 
 import torch
 
-from specli.api import Pair
 from specli.bench.prompts import BenchPrompt
 from specli.bench.run import BenchSettings, Measurement, encode_prompts, identity_errors, measure, summarize
 from specli.models import head_formats, loading
 from specli.models.cached_lm import CachedLM
 from specli.models.model_dirs import read_config
+from specli.pair import Pair
 
 PLAIN = "none"
 KEYS = (  # what training.json keeps of bench's metrics for each drafter
@@ -39,15 +40,13 @@ KEYS = (  # what training.json keeps of bench's metrics for each drafter
 
 @dataclass(frozen=True)
 class Drafter:
-    """A drafter to measure: its label in the report, where it is, and the pair that runs it."""
+    """A drafter to measure: its label in the report, where it is, the pair that holds it and the strategy
+    that drafts with it."""
 
     label: str
     source: str
     pair: Pair
-
-    @property
-    def strategy(self) -> str:
-        return self.pair.strategy
+    strategy: str
 
 
 def is_head(folder: Any) -> bool:
@@ -56,26 +55,31 @@ def is_head(folder: Any) -> bool:
     return data is not None and head_formats.detect_layout(data) is not None
 
 
-def drafter_pair(target: Pair, source: str, allow_pickle: bool = False) -> Pair:
-    """A pair of the target in memory and the drafter at `source` (a folder, hub id or embedded:NAME): an
-    EAGLE head (strategy eagle) or a draft model sharing its tokenizer (strategy draft), loaded and
-    checked as specli.load loads and checks them, in the target's dtype beside its LM head."""
+def drafter(label: str, target: Pair, source: str, allow_pickle: bool = False) -> Drafter:
+    """The drafter at `source` (a folder, hub id or embedded:NAME) to measure under `label`: an EAGLE head
+    (strategy eagle) or a draft model sharing the target's tokenizer (strategy draft), loaded and checked
+    as specli.load loads and checks them, in the target's dtype beside its LM head, and attached to a
+    pair of the target in memory."""
     folder = loading.resolve_source(source, allow_pickle=allow_pickle, weights=True)
     model = target.target_model
     device = CachedLM(model).output_device
     dtype = model.get_output_embeddings().weight.dtype
-    common = {"target_name": target.target_name, "generation": target.generation}
+    pair = Pair(
+        model, target.tokenizer, strategy=PLAIN, target_name=target.target_name, generation=target.generation
+    )
     if is_head(folder):
         config = head_formats.read_head_config(folder, model.config, name=source)
         head_formats.check_head(config, model.config, source, target.target_name)
         head = head_formats.load_head(
             folder, model.config, allow_pickle=allow_pickle, dtype=dtype, device=device, name=source
         )
-        return Pair(model, target.tokenizer, strategy="eagle", head=head, head_name=source, **common)
+        pair.attach(source, head=head)
+        return Drafter(label, source, pair, "eagle")
     tokenizer = loading.load_tokenizer(folder, name=source)
     loading.check_tokenizers(target.tokenizer, tokenizer, target.target_name, source)
     draft = loading.load_model(folder, device=device, dtype=dtype, allow_pickle=allow_pickle, name=source)
-    return Pair(model, target.tokenizer, draft, strategy="draft", draft_name=source, **common)
+    pair.attach(source, draft_model=draft)
+    return Drafter(label, source, pair, "draft")
 
 
 def run_measurement(
@@ -91,22 +95,24 @@ def run_measurement(
     Returns the settings, each label's bench metrics (KEYS) and whether every output was plain
     decoding's. advance() after each run."""
     encoded, skipped = encode_prompts(plain, list(prompts))
-    runs: list[tuple[str, Pair, BenchSettings]] = [(PLAIN, plain, _bench(plain, max_new_tokens, None))]
+    runs: list[tuple[str, Pair, str, BenchSettings]] = [
+        (PLAIN, plain, PLAIN, _bench(plain, PLAIN, max_new_tokens, None))
+    ]
     for d in drafters:
-        k = num_draft_tokens or d.pair.parallel_draft_tokens
-        runs.append((d.label, d.pair, _bench(d.pair, max_new_tokens, k)))
+        k = num_draft_tokens or d.pair.parallel_draft_tokens(d.strategy)
+        runs.append((d.label, d.pair, d.strategy, _bench(d.pair, d.strategy, max_new_tokens, k)))
     measurements: list[Measurement] = []
     first_prompt, first_ids = encoded[0]
-    for _, pair, bench in runs:  # warm-up
-        measure(pair, first_prompt, first_ids, pair.strategy, bench, 0)
+    for _, pair, strategy, bench in runs:  # warm-up
+        measure(pair, first_prompt, first_ids, strategy, bench, 0)
         advance()
     for prompt, ids in encoded:
-        for label, pair, bench in runs:
-            m = measure(pair, prompt, ids, pair.strategy, bench, 0)
+        for label, pair, strategy, bench in runs:
+            m = measure(pair, prompt, ids, strategy, bench, 0)
             measurements.append(replace(m, strategy=label))
             advance()
-    overall = summarize(measurements, runs[-1][2].settings.num_draft_tokens)["overall"]
-    for label, _, bench in runs:  # each drafter ran at its own k
+    overall = summarize(measurements, runs[-1][3].settings.num_draft_tokens)["overall"]
+    for label, _, _, bench in runs:  # each drafter ran at its own k
         if label in overall:
             overall[label]["num_draft_tokens"] = bench.settings.num_draft_tokens if label != PLAIN else None
     errors = identity_errors(measurements)
@@ -122,13 +128,18 @@ def run_measurement(
         "differences": errors,
         "drafters": {d.label: d.source for d in drafters},
         "results": {
-            label: {key: overall[label].get(key) for key in KEYS} for label, _, _ in runs if label in overall
+            label: {key: overall[label].get(key) for key in KEYS} for label, *_ in runs if label in overall
         },
     }
 
 
-def _bench(pair: Pair, max_new_tokens: int, k: int | None) -> BenchSettings:
-    overrides: dict[str, Any] = {"max_new_tokens": max_new_tokens, "temperature": 0.0, "fixed_k": True}
+def _bench(pair: Pair, strategy: str, max_new_tokens: int, k: int | None) -> BenchSettings:
+    overrides: dict[str, Any] = {
+        "strategy": strategy,
+        "max_new_tokens": max_new_tokens,
+        "temperature": 0.0,
+        "fixed_k": True,
+    }
     if k is not None:
         overrides["num_draft_tokens"] = k
     return BenchSettings(pair.settings(**overrides), repeats=1, warmup=1)

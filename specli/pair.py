@@ -1,0 +1,545 @@
+"""A loaded pair: `Pair` (a target, its drafter or EAGLE head, generation defaults), what one generation
+returns (`Result`, `GenerationStats`), and the checks only the loaded models can make. `specli.load`
+(specli/api.py) builds one; `Pair.generate` / `Pair.stream` run the engine over it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from specli.drafters.draft_model import (
+    PARALLEL_K_DEFAULT,
+    DraftModelDrafter,
+    parallel_draft_tokens,
+    parallel_mask_token,
+)
+from specli.drafters.eagle import EagleDrafter
+from specli.drafters.prompt_lookup import PromptLookupDrafter
+from specli.drafters.self_speculative import SelfSpeculativeDrafter
+from specli.engine.drafter import Drafter, ReadsTargetFeatures
+from specli.engine.events import Round, Stats
+from specli.engine.loop import EngineConfig, generate_rounds
+from specli.engine.stopping import StopCriteria
+from specli.errors import UsageError
+from specli.models import loading
+from specli.models.cached_lm import CachedLM, check_sliding_rollback, synchronize
+from specli.models.eagle_head import EagleHead
+from specli.models.layer_stack import LayerStack, check_layer_stack
+from specli.models.own_forward.decoder import LeanDecoder
+from specli.models.own_forward.head import LeanHead
+from specli.models.placement import Placement
+from specli.models.static_cache import STATIC_DEFAULT_LENGTH, static_cache_problem
+from specli.presets import GenerationSpec, SpeculationSpec
+from specli.settings import Settings, check_strategy, default_exit_layer, settings_from
+from specli.text import IncrementalDecoder
+
+
+class LoadsLater(Protocol):
+    """What `specli.load` leaves on a pair (`Pair.later`): it loads the drafter model or EAGLE head the
+    pair's preset names, the first time a generation asks for a strategy that needs it, and hands it to
+    `Pair.attach`. Each returns False when the preset names none."""
+
+    def load_drafter(self, pair: Pair) -> bool: ...
+
+    def load_head(self, pair: Pair) -> bool: ...
+
+
+@dataclass
+class GenerationStats(Stats):
+    """One generation's `Stats` with the settings it ran under: `Result.stats`, and `generate --json`'s
+    "stats" (`to_dict`: the same keys either way). strategy, num_draft_tokens (the most a round drafts),
+    fixed_k and draft_p_min as resolved; mean_k: drafted tokens per round; compile_time: seconds spent
+    compiling before the rounds (None without compile); interrupted: Ctrl-C ended it (the CLI; its
+    stop_reason is then "interrupted"); notes: what the run did not show (specli.notes)."""
+
+    strategy: str = ""
+    num_draft_tokens: int = 0
+    fixed_k: bool = False
+    draft_p_min: float = 0.0
+    compile_time: float | None = None
+    interrupted: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(
+        cls, pair: Pair, settings: Settings, prompt_length: int, strategy_given: str | None, **fields: Any
+    ) -> GenerationStats:
+        """Empty stats for a generation of `pair` under `settings` (`observe` its rounds), with its notes
+        (strategy_given: the strategy the caller named, None when none); `fields`: compile_time, ..."""
+        from specli.notes import generation_notes
+
+        return cls(
+            strategy=settings.strategy,
+            num_draft_tokens=settings.num_draft_tokens,
+            fixed_k=settings.fixed_k,
+            draft_p_min=settings.draft_p_min,
+            notes=generation_notes(pair, settings, prompt_length, strategy_given),
+            **fields,
+        )
+
+    @property
+    def mean_k(self) -> float:
+        """Drafted tokens per round (each round chooses its k up to num_draft_tokens; 0.0 without rounds)."""
+        return self.drafted / self.rounds if self.rounds else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = super().to_dict()
+        data.update(
+            strategy=self.strategy,
+            num_draft_tokens=self.num_draft_tokens,
+            fixed_k=self.fixed_k,
+            draft_p_min=self.draft_p_min,
+            mean_k=self.mean_k,
+            interrupted=self.interrupted,
+            compile_time=self.compile_time,
+            notes=list(self.notes),
+        )
+        if self.interrupted:
+            data["stop_reason"] = "interrupted"
+        return data
+
+
+@dataclass
+class Result:
+    """What one generation produced: text, generated ids (prompt excluded), stats (with the settings it
+    ran under: `GenerationStats`) and every round."""
+
+    text: str
+    token_ids: list[int]
+    prompt_token_ids: list[int]
+    stats: GenerationStats
+    rounds: list[Round]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "token_ids": self.token_ids,
+            "prompt_token_ids": self.prompt_token_ids,
+            "stats": self.stats.to_dict(),
+            "rounds": [r.to_dict() for r in self.rounds],
+        }
+
+
+class Pair:
+    """A loaded target (+ drafter) with generation defaults. Holds no per-generation state."""
+
+    def __init__(
+        self,
+        target_model: Any,
+        tokenizer: Any,
+        draft_model: Any | None = None,
+        *,
+        strategy: str = "draft",
+        target_name: str = "target",
+        draft_name: str | None = None,
+        generation: GenerationSpec | None = None,
+        speculation: SpeculationSpec | None = None,
+        placement: Placement | None = None,
+        head: EagleHead | None = None,
+        head_name: str | None = None,
+        compile: bool = False,
+        lean: bool = True,
+    ) -> None:
+        self.strategy = check_strategy(strategy)
+        if strategy == "draft" and draft_model is None:
+            raise UsageError(
+                "strategy 'draft' needs a drafter model.",
+                "Pass --draft MODEL, or use --strategy none for plain decoding.",
+            )
+        self.target_model = target_model
+        self.draft_model = draft_model
+        self.tokenizer = tokenizer
+        self.target_name = target_name
+        self.draft_name = draft_name
+        self.generation = generation or GenerationSpec()
+        self.speculation = speculation or SpeculationSpec()
+        self.placement = placement  # set when the target is split over several GPUs
+        self.head = head  # an EAGLE head (strategy eagle), beside the target's LM head
+        self.head_name = head_name
+        self.compile = compile  # static caches + torch.compile (docs/design.md §12)
+        self.later: LoadsLater | None = None  # set by `load`: the preset's drafter or head, on first use
+        self.lean = lean  # drafters step through specli's own forwards where they can (docs/design.md §13)
+        self._lean_steps: dict[int, tuple[Any, str | None]] = {}  # id(model or head) -> (lean step, why not)
+        if compile:
+            check_compile_strategy(self.strategy)
+        if strategy == "self":
+            check_layer_stack(target_model)
+        self.num_layers = _self_speculation_layers(target_model)  # None: 'self' cannot drive it
+        self.eos_ids = loading.eos_token_ids(target_model, tokenizer)
+        self.max_positions = loading.model_max_positions(target_model)
+        self.draft_max_positions = loading.model_max_positions(draft_model) if draft_model else None
+        self.target = _cached_lm(target_model, target_name, self.max_positions, compile)
+        self.draft = (
+            _cached_lm(draft_model, draft_name or "the drafter", self.draft_max_positions, compile)
+            if draft_model is not None
+            else None
+        )
+
+    def __repr__(self) -> str:
+        parts = [f"target={self.target_name!r}"]
+        if self.draft_name is not None:
+            parts.append(f"draft={self.draft_name!r}")
+        if self.head_name is not None:
+            parts.append(f"head={self.head_name!r}")
+        parts += [f"strategy={self.strategy!r}", f"device={self.target.device}"]
+        return f"Pair({', '.join(parts)})"
+
+    # --- text <-> ids -------------------------------------------------------------------------
+    def uses_chat(self, chat: bool | None = None) -> bool:
+        """chat=None follows the preset ('auto': on when the tokenizer has a chat template)."""
+        has_template = bool(getattr(self.tokenizer, "chat_template", None))
+        if chat is None:
+            mode = self.generation.chat_template
+            chat = has_template if mode == "auto" else mode == "on"
+        if chat and not has_template:
+            raise UsageError(f"'{self.target_name}' has no chat template.", "Run without --chat.")
+        return chat
+
+    def encode(self, prompt: str, chat: bool | None = None) -> list[int]:
+        """Prompt text -> ids, through the chat template when chat is on."""
+        if self.uses_chat(chat):
+            text = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+            )
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        else:
+            ids = self.tokenizer(prompt)["input_ids"]
+        if not ids:
+            bos = self.tokenizer.bos_token_id
+            if bos is None:
+                raise UsageError("the prompt is empty.", "Give some text to continue.")
+            ids = [bos]
+        return list(ids)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    # --- settings and generation ---------------------------------------------------------------
+    def settings(self, **overrides: Any) -> Settings:
+        """The pair's settings (its preset's, its strategy) with `overrides` on top (None = unset),
+        checked against the loaded models; exit_layer defaults to a quarter of the target's depth."""
+        return self._checked(settings_from(self.generation, self.speculation, self.strategy, **overrides))
+
+    def _checked(self, settings: Settings) -> Settings:
+        """What only the loaded models can tell: a drafter model for 'draft'; for 'self', a supported
+        target and an exit layer inside it. Fills exit_layer whenever the target can self-speculate."""
+        self._load_missing(settings.strategy)
+        if self.compile:
+            check_compile_strategy(settings.strategy)
+        self._check_draft_length(settings)
+        layers = self.num_layers
+        if settings.exit_layer is None and layers is not None:
+            settings = settings.replace(exit_layer=default_exit_layer(layers))
+        if settings.strategy == "self":
+            if layers is None:
+                check_layer_stack(self.target_model)  # raises, naming the architecture
+            if not 1 <= settings.exit_layer < layers:
+                raise UsageError(
+                    f"exit layer {settings.exit_layer} is out of range for '{self.target_name}' "
+                    f"({layers} layers).",
+                    f"Pick --exit-layer between 1 and {layers - 1}.",
+                )
+        return settings
+
+    def _load_missing(self, strategy: str) -> None:
+        """The drafter ('draft') or EAGLE head ('eagle') `strategy` needs and the pair lacks: loaded now,
+        once, when the pair's preset names it (`later`, which hands it to `attach`); else UsageError
+        naming the load that gives it."""
+        later = self.later
+        if strategy == "draft" and self.draft is None and not (later and later.load_drafter(self)):
+            raise UsageError(
+                "strategy 'draft' needs a drafter model, and this pair's preset names none.",
+                "Load the pair with specli.load(..., draft=MODEL).",
+            )
+        if strategy == "eagle" and self.head is None and not (later and later.load_head(self)):
+            raise UsageError(
+                "strategy 'eagle' needs an EAGLE head, and this pair's preset names none.",
+                "Load the pair with specli.load(..., strategy='eagle', draft=HEAD) (a folder, hub id or "
+                "embedded:NAME).",
+            )
+
+    def attach(self, name: str, *, draft_model: Any = None, head: EagleHead | None = None) -> None:
+        """Add a drafter model or an EAGLE head (exactly one; it replaces the pair's own) to the loaded
+        pair: strategy 'draft' or 'eagle' then runs with it. The caller loaded and checked it as `load`
+        does (its tokenizer, the head's shapes, the memory); `attach` only wires it in."""
+        if (draft_model is None) == (head is None):
+            raise TypeError("attach takes exactly one of draft_model and head")
+        if head is not None:
+            self._lean_steps.pop(id(self.head), None)  # a step built for the head it replaces
+            self.head, self.head_name = head, name
+            return
+        self._lean_steps.pop(id(self.draft_model), None)
+        self.draft_model, self.draft_name = draft_model, name
+        self.draft_max_positions = loading.model_max_positions(draft_model)
+        self.draft = _cached_lm(draft_model, name, self.draft_max_positions, self.compile)
+
+    def _check_draft_length(self, settings: Settings) -> None:
+        """UsageError when k cannot fit a model's context: a round verifies the last token + k drafts after
+        at least one prompt token, so k <= context - 2 (the engine caps each round by what is left)."""
+        if settings.strategy == "none":
+            return
+        limits = [(self.max_positions, self.target_name)]
+        if settings.strategy == "draft":
+            limits.append((self.draft_max_positions, self.draft_name))
+        for limit, name in limits:
+            if limit is not None and settings.num_draft_tokens > limit - 2:
+                raise UsageError(
+                    f"num-draft-tokens {settings.num_draft_tokens} does not fit the context of "
+                    f"'{name}' ({limit} tokens).",
+                    f"Pick -k {max(1, limit - 2)} or less.",
+                )
+
+    def _resolve(self, settings: Settings | None, overrides: dict[str, Any]) -> Settings:
+        """`settings` (default: the pair's own) with `overrides` (None = unset), checked for this pair."""
+        if settings is None:
+            return self.settings(**overrides)
+        changes = {name: value for name, value in overrides.items() if value is not None}
+        return self._checked(settings.replace(**changes) if changes else settings)
+
+    def _drafter(self, settings: Settings, length: int) -> Drafter | None:
+        """The strategy's drafter for a generation that can reach `length` tokens (None: plain)."""
+        if settings.strategy == "none":
+            return None
+        if settings.strategy == "lookup":
+            return PromptLookupDrafter(settings.ngram_min, settings.ngram_max)
+        if settings.strategy == "self":
+            check_sliding_rollback(self.target, f"'{self.target_name}' (strategy self)", length)
+            stack = LayerStack(self.target_model)
+            return SelfSpeculativeDrafter(stack, settings.exit_layer, p_min=settings.draft_p_min)
+        if settings.strategy == "eagle":
+            lean = self.lean_step(self.head)[0]
+            return EagleDrafter(self.head, self.target_model, p_min=settings.draft_p_min, lean=lean)
+        lean = self.lean_step(self.draft_model)[0]
+        if lean is None:
+            check_sliding_rollback(self.draft, f"the drafter '{self.draft_name}'", length)
+        return DraftModelDrafter(
+            lean or self.draft,
+            self.target.vocab_size,
+            self.draft_max_positions,
+            mask_token=parallel_mask_token(self.draft_model.config),
+            p_min=settings.draft_p_min,
+        )
+
+    def lean_step(self, model: Any) -> tuple[LeanDecoder | LeanHead | None, str | None]:
+        """(specli's lean forward of the draft model or EAGLE head, None), built once per model, or
+        (None, why it steps through its own forward): lean off, or a model the lean forward does not
+        reproduce. With --compile too the lean step drafts (measured faster than the compiled draft
+        model on CPU); only the target's forwards are compiled then."""
+        if not self.lean:
+            return None, "lean steps are off"
+        if id(model) not in self._lean_steps:  # a head is specli's own module: no probe needed
+            built = (LeanHead(model), None) if isinstance(model, EagleHead) else LeanDecoder.build(model)
+            self._lean_steps[id(model)] = built
+        return self._lean_steps[id(model)]
+
+    def drafter_step(self, strategy: str | None = None) -> str | None:
+        """How `strategy`'s drafter steps (default: the pair's own): "lean" (specli's own forward),
+        "compiled", or "transformers (why)" (the model's forward); None for strategies without a drafter
+        model or head."""
+        strategy = strategy or self.strategy
+        model = self.head if strategy == "eagle" else self.draft_model if strategy == "draft" else None
+        if model is None:
+            return None
+        lean, why = self.lean_step(model)
+        if lean is not None:
+            return "lean"
+        return "compiled" if self.compile and strategy == "draft" else f"transformers ({why})"
+
+    def parallel_draft_tokens(self, strategy: str | None = None) -> int | None:
+        """The k `strategy`'s drafter (default: the pair's own) was made for when it drafts in parallel
+        (PARD: its recorded K or 8; P-EAGLE: its speculators speculative_tokens or 8); None for an
+        autoregressive one and for strategies without a drafter model or head."""
+        strategy = strategy or self.strategy
+        if strategy == "eagle" and self.head is not None and self.head.config.parallel:
+            return self.head.config.extra.get("speculative_tokens") or PARALLEL_K_DEFAULT
+        if strategy == "draft" and self.draft_model is not None:
+            return parallel_draft_tokens(self.draft_model.config)
+        return None
+
+    @property
+    def parallel(self) -> bool:
+        """Whether the pair's own strategy drafts in parallel (a PARD drafter, a P-EAGLE head)."""
+        return self.parallel_draft_tokens() is not None
+
+    def stream(
+        self,
+        prompt: str | None = None,
+        *,
+        prompt_ids: Sequence[int] | None = None,
+        settings: Settings | None = None,
+        record_top: int = 0,
+        **overrides: Any,
+    ) -> Iterator[Round]:
+        """Yield one Round per target forward. `prompt_ids` bypasses tokenization and chat templates.
+
+        Each round's `text` is what it adds to the output text: joined, the rounds' texts are
+        `decode(all committed ids)` (Result.text). A character whose bytes span two rounds appears in the
+        round that completes it.
+
+        `settings` (default: `self.settings()`) with keyword overrides on top: max_new_tokens,
+        temperature, top_k, top_p, seed, num_draft_tokens (the most a round drafts), fixed_k (True: every
+        round drafts num_draft_tokens), draft_p_min, stop, chat, strategy, exit_layer, ngram_min,
+        ngram_max, min_p, ignore_eos (None = unset). Bad values raise UsageError here, before the first
+        round. Each call
+        starts from fresh caches and drafter state. With sampling, a seed reproduces the output only with
+        fixed_k: the per-round k follows measured speed. record_top > 0 fills each round's token_source (the
+        top entries of the distribution its last token came from).
+        """
+        settings = self._resolve(settings, overrides)
+        ids = self.prompt_ids(prompt, prompt_ids=prompt_ids, chat=settings.chat)
+        config = EngineConfig(
+            max_new_tokens=settings.max_new_tokens,
+            num_draft_tokens=settings.num_draft_tokens,
+            fixed_k=settings.fixed_k,
+            sampling=settings.sampling,
+            seed=settings.seed,
+            record_top=record_top,
+        )
+        drafter = self._drafter(settings, len(ids) + settings.max_new_tokens + settings.num_draft_tokens)
+        self._reserve(len(ids), settings)
+        self._warm_up(settings, drafter)  # normally done: compiles nothing once warm_up() ran for settings
+        criteria = StopCriteria(set() if settings.ignore_eos else self.eos_ids, settings.stop, self.decode)
+        rounds = generate_rounds(self.target, drafter, ids, config, criteria, self.max_positions)
+        return self._with_text(rounds)
+
+    def _reserve(self, prompt_length: int, settings: Settings) -> None:
+        """Static caches: room for everything this generation can hold (the prompt, max_new_tokens and a
+        round's k + 1 verify positions, within each model's context), and compiled forwards up to k + 1
+        tokens (a verify; a parallel draft). Dynamic caches need nothing."""
+        k = settings.num_draft_tokens
+        wanted = prompt_length + settings.max_new_tokens + k + 1
+        for lm, limit in ((self.target, self.max_positions), (self.draft, self.draft_max_positions)):
+            if lm is not None and lm.static:
+                lm.reserve(min(wanted, limit + k + 2) if limit else wanted)
+                lm.compiled_tokens = k + 1
+
+    def warm_up(
+        self,
+        prompt: str | None = None,
+        *,
+        prompt_ids: Sequence[int] | None = None,
+        settings: Settings | None = None,
+        **overrides: Any,
+    ) -> float:
+        """With compile: build every compiled forward a generation with these settings can run (each
+        verify length up to k + 1, the drafter's steps, over caches sized for the prompt), so none is
+        built inside its rounds; `stream` does it too, but then inside the caller's clock. Takes
+        `stream`'s arguments; returns the seconds it took (0.0 when everything was built already, and
+        without compile). torch caches compiled code on disk: a later process compiles much faster."""
+        if not self.compile:
+            return 0.0
+        settings = self._resolve(settings, overrides)
+        ids = self.prompt_ids(prompt, prompt_ids=prompt_ids, chat=settings.chat)
+        drafter = self._drafter(settings, len(ids) + settings.max_new_tokens + settings.num_draft_tokens)
+        self._reserve(len(ids), settings)
+        start = time.perf_counter()
+        if self._warm_up(settings, drafter) == 0:
+            return 0.0
+        synchronize(self.target.device)
+        return time.perf_counter() - start
+
+    def _warm_up(self, settings: Settings, drafter: Drafter | None) -> int:
+        """Warm every compiled forward the engine will call for `settings` (CachedLM.warm_up); returns
+        how many forwards that ran. Target: verifies of 1 .. k + 1 tokens (one under strategy none), with
+        hidden states for a feature-reading drafter (EAGLE). Draft model: single steps of 1 .. k + 1
+        tokens (its unseen tokens, last position only), or a parallel drafter's passes of 1 .. k + 1."""
+        if not self.compile:
+            return 0
+        k = settings.num_draft_tokens
+        verify = range(1, 2) if settings.strategy == "none" else range(1, k + 2)
+        ran = self.target.warm_up(verify, features=isinstance(drafter, ReadsTargetFeatures))
+        if isinstance(drafter, DraftModelDrafter) and drafter.lm is self.draft:  # not a lean step
+            ran += self.draft.warm_up(range(1, k + 2), last_only=not drafter.parallel)
+        return ran
+
+    def _with_text(self, rounds: Iterator[Round]) -> Iterator[Round]:
+        """The engine's rounds with `text` filled in (the engine itself never decodes)."""
+        decoder = IncrementalDecoder(self.tokenizer)
+        for r in rounds:
+            text = decoder.push(r.committed)
+            if r.stop is not None:
+                text += decoder.flush()
+            yield replace(r, text=text)
+
+    def prompt_ids(
+        self, prompt: str | None = None, *, prompt_ids: Sequence[int] | None = None, chat: bool | None = None
+    ) -> list[int]:
+        """The ids generation starts from; checks they fit the context."""
+        if (prompt is None) == (prompt_ids is None):
+            raise UsageError("give exactly one of prompt and prompt_ids.")
+        ids = list(prompt_ids) if prompt_ids is not None else self.encode(prompt, chat)
+        if not ids:
+            raise UsageError("prompt_ids is empty.")
+        vocab = self.target.vocab_size
+        if any(not 0 <= i < vocab for i in ids):
+            raise UsageError(f"prompt_ids holds ids outside the vocabulary [0, {vocab}).")
+        if self.max_positions is not None and len(ids) >= self.max_positions:
+            raise UsageError(
+                f"the prompt is {len(ids)} tokens but '{self.target_name}' has a context of "
+                f"{self.max_positions} tokens.",
+                "Shorten the prompt so there is room to generate.",
+            )
+        return ids
+
+    def generate(
+        self,
+        prompt: str | None = None,
+        *,
+        prompt_ids: Sequence[int] | None = None,
+        settings: Settings | None = None,
+        record_top: int = 0,
+        **overrides: Any,
+    ) -> Result:
+        """Run to a stop and collect the result; takes the same arguments as `stream`. With compile, the
+        graphs are built first (`warm_up`), timed apart: `result.stats.compile_time`."""
+        settings = self._resolve(settings, overrides)
+        ids = self.prompt_ids(prompt, prompt_ids=prompt_ids, chat=settings.chat)
+        compile_time = self.warm_up(prompt_ids=ids, settings=settings) if self.compile else None
+        stats = GenerationStats.of(
+            self, settings, len(ids), overrides.get("strategy"), compile_time=compile_time
+        )
+        rounds, tokens = [], []
+        for r in self.stream(prompt_ids=ids, settings=settings, record_top=record_top):
+            stats.observe(r)
+            rounds.append(r)
+            tokens += r.committed
+        return Result(self.decode(tokens), tokens, ids, stats, rounds)
+
+
+COMPILE_STRATEGIES = ("none", "draft", "lookup", "eagle")
+
+
+def check_compile_strategy(strategy: str) -> None:
+    """UsageError for a strategy --compile cannot run: 'self' drives the target's layers a slice at a
+    time (layer_stack.py) with masks and positions of its own, outside the compiled forward."""
+    if strategy not in COMPILE_STRATEGIES:
+        raise UsageError(
+            f"--compile does not support strategy '{strategy}': it runs the target's layers a slice at a "
+            "time, outside the compiled forward.",
+            f"Use --strategy {', '.join(COMPILE_STRATEGIES[1:])} or none with --compile, or drop --compile.",
+        )
+
+
+def _cached_lm(model: Any, name: str, max_positions: int | None, compile: bool) -> CachedLM:
+    """The model driven one forward at a time: over dynamic caches, or (compile) over one static cache
+    of min(context + 1, STATIC_DEFAULT_LENGTH) positions to start, grown when a generation needs more,
+    with compiled forwards. UsageError naming the model when it cannot have a static cache."""
+    if not compile:
+        return CachedLM(model)
+    problem = static_cache_problem(model)
+    if problem is not None:
+        raise UsageError(f"--compile cannot run '{name}': {problem}.", "Run it without --compile.")
+    length = min(max_positions + 1, STATIC_DEFAULT_LENGTH) if max_positions else STATIC_DEFAULT_LENGTH
+    return CachedLM(model, static_length=length, compile=True)
+
+
+def _self_speculation_layers(model: Any) -> int | None:
+    """The target's decoder layers when self-speculation can drive it, else None."""
+    try:
+        check_layer_stack(model)
+    except UsageError:
+        return None
+    return len(model.model.layers)
