@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from specli.drafters.table import Strategy
 from specli.errors import UsageError
 from specli.models import head_formats, loading, plan
 from specli.models.cached_lm import CachedLM
@@ -199,10 +200,12 @@ def _sources(
         )
     draft_source = draft or (spec.draft.model if spec and spec.draft else None)
     if isinstance(strategy, str) or strategy is None:
-        strategy = [strategy or (spec.strategy if spec else ("draft" if draft_source else "none"))]
+        strategy = [
+            strategy or (spec.strategy if spec else Strategy.DRAFT if draft_source else Strategy.NONE)
+        ]
     strategies = tuple(dict.fromkeys(check_strategy(s) for s in strategy))
     head = None
-    if "eagle" in strategies:
+    if Strategy.EAGLE in strategies:
         preset_head = spec.eagle_head if spec and not draft else None
         head_source = draft or (preset_head.model if preset_head else None)
         if head_source is None:
@@ -212,8 +215,10 @@ def _sources(
             )
         head = ModelToLoad(head_source, dtype=dtype or (preset_head.dtype if preset_head else "auto"))
         if draft:  # --draft named the head, so the preset's drafter model is the draft strategy's
-            draft_source = spec.draft.model if spec and spec.draft and spec.strategy != "eagle" else None
-    if "draft" not in strategies:
+            draft_source = (
+                spec.draft.model if spec and spec.draft and spec.strategy != Strategy.EAGLE else None
+            )
+    if Strategy.DRAFT not in strategies:
         draft_source = None
     elif draft_source is None:
         raise UsageError(
@@ -269,8 +274,8 @@ def _fetch_and_check(wanted: _Wanted, fetcher: _Fetcher) -> tuple[list[ModelToLo
     head_formats.refuse_head_as_model(target.folder, target.name, "target")  # it has no tokenizer
     tokenizer = fetcher.tokenizer(target)
     target_config = loading.read_config(target.folder) or {}
-    if "self" in wanted.strategies:  # refuse an unsupported architecture before any weights load
-        check_architecture(str(target_config.get("model_type", "?")), "self")
+    if Strategy.SELF in wanted.strategies:  # refuse an unsupported architecture before any weights load
+        check_architecture(str(target_config.get("model_type", "?")), Strategy.SELF)
     models = [target]
     for model in wanted.models[1:]:
         draft = replace(model, folder=fetcher.folder(model))
@@ -347,7 +352,8 @@ class _Later:
 
     def load_drafter(self, pair: Pair) -> bool:
         """Load the preset's drafter into `pair`; False when the preset names none."""
-        named = self.spec.draft if self.spec.strategy != "eagle" else None  # an eagle preset's is a head
+        eagle = self.spec.strategy == Strategy.EAGLE
+        named = self.spec.draft if not eagle else None  # an eagle preset's is a head
         if named is None:
             return False
         model = ModelToLoad(named.model, dtype=self.dtype or named.dtype, quant=named.quantization)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from specli.drafters.table import Strategy
+
 if TYPE_CHECKING:
     from specli.settings import Settings
 
@@ -25,10 +27,14 @@ def generation_notes(
     """The notes for one generation. `pair` is the loaded `Pair` (strategy, draft_max_positions);
     `strategy_given` the strategy the user named (None: they named none, so 'none' was a fallback)."""
     notes = []
-    if settings.strategy == "none" and strategy_given is None:
+    if settings.strategy == Strategy.NONE and strategy_given is None:
         notes.append("no drafter given: plain decoding (pass --draft MODEL or --strategy lookup)")
     limit = getattr(pair, "draft_max_positions", None)
-    if settings.strategy == "draft" and limit is not None and prompt_length + settings.max_new_tokens > limit:
+    if (
+        settings.strategy == Strategy.DRAFT
+        and limit is not None
+        and prompt_length + settings.max_new_tokens > limit
+    ):
         notes.append(
             f"the drafter's context is {limit} tokens; it drafts from the most recent {drafter_window(limit)}"
         )

@@ -19,6 +19,7 @@ from specli.drafters.draft_model import (
 from specli.drafters.eagle import EagleDrafter
 from specli.drafters.prompt_lookup import PromptLookupDrafter
 from specli.drafters.self_speculative import SelfSpeculativeDrafter
+from specli.drafters.table import Strategy
 from specli.engine.drafter import Drafter, ReadsTargetFeatures
 from specli.engine.events import Round, Stats
 from specli.engine.loop import EngineConfig, generate_rounds
@@ -132,7 +133,7 @@ class Pair:
         tokenizer: Any,
         draft_model: Any | None = None,
         *,
-        strategy: str = "draft",
+        strategy: str = Strategy.DRAFT,
         target_name: str = "target",
         draft_name: str | None = None,
         generation: GenerationSpec | None = None,
@@ -144,7 +145,7 @@ class Pair:
         lean: bool = True,
     ) -> None:
         self.strategy = check_strategy(strategy)
-        if strategy == "draft" and draft_model is None:
+        if strategy == Strategy.DRAFT and draft_model is None:
             raise UsageError(
                 "strategy 'draft' needs a drafter model.",
                 "Pass --draft MODEL, or use --strategy none for plain decoding.",
@@ -165,7 +166,7 @@ class Pair:
         self._lean_steps: dict[int, tuple[Any, str | None]] = {}  # id(model or head) -> (lean step, why not)
         if compile:
             check_compile_strategy(self.strategy)
-        if strategy == "self":
+        if strategy == Strategy.SELF:
             check_layer_stack(target_model)
         self.num_layers = _self_speculation_layers(target_model)  # None: 'self' cannot drive it
         self.eos_ids = loading.eos_token_ids(target_model, tokenizer)
@@ -233,7 +234,7 @@ class Pair:
         layers = self.num_layers
         if settings.exit_layer is None and layers is not None:
             settings = settings.replace(exit_layer=default_exit_layer(layers))
-        if settings.strategy == "self":
+        if settings.strategy == Strategy.SELF:
             if layers is None:
                 check_layer_stack(self.target_model)  # raises, naming the architecture
             if not 1 <= settings.exit_layer < layers:
@@ -249,12 +250,12 @@ class Pair:
         once, when the pair's preset names it (`later`, which hands it to `attach`); else UsageError
         naming the load that gives it."""
         later = self.later
-        if strategy == "draft" and self.draft is None and not (later and later.load_drafter(self)):
+        if strategy == Strategy.DRAFT and self.draft is None and not (later and later.load_drafter(self)):
             raise UsageError(
                 "strategy 'draft' needs a drafter model, and this pair's preset names none.",
                 "Load the pair with specli.load(..., draft=MODEL).",
             )
-        if strategy == "eagle" and self.head is None and not (later and later.load_head(self)):
+        if strategy == Strategy.EAGLE and self.head is None and not (later and later.load_head(self)):
             raise UsageError(
                 "strategy 'eagle' needs an EAGLE head, and this pair's preset names none.",
                 "Load the pair with specli.load(..., strategy='eagle', draft=HEAD) (a folder, hub id or "
@@ -279,10 +280,10 @@ class Pair:
     def _check_draft_length(self, settings: Settings) -> None:
         """UsageError when k cannot fit a model's context: a round verifies the last token + k drafts after
         at least one prompt token, so k <= context - 2 (the engine caps each round by what is left)."""
-        if settings.strategy == "none":
+        if settings.strategy == Strategy.NONE:
             return
         limits = [(self.max_positions, self.target_name)]
-        if settings.strategy == "draft":
+        if settings.strategy == Strategy.DRAFT:
             limits.append((self.draft_max_positions, self.draft_name))
         for limit, name in limits:
             if limit is not None and settings.num_draft_tokens > limit - 2:
@@ -301,15 +302,15 @@ class Pair:
 
     def _drafter(self, settings: Settings, length: int) -> Drafter | None:
         """The strategy's drafter for a generation that can reach `length` tokens (None: plain)."""
-        if settings.strategy == "none":
+        if settings.strategy == Strategy.NONE:
             return None
-        if settings.strategy == "lookup":
+        if settings.strategy == Strategy.LOOKUP:
             return PromptLookupDrafter(settings.ngram_min, settings.ngram_max)
-        if settings.strategy == "self":
+        if settings.strategy == Strategy.SELF:
             check_sliding_rollback(self.target, f"'{self.target_name}' (strategy self)", length)
             stack = LayerStack(self.target_model)
             return SelfSpeculativeDrafter(stack, settings.exit_layer, p_min=settings.draft_p_min)
-        if settings.strategy == "eagle":
+        if settings.strategy == Strategy.EAGLE:
             lean = self.lean_step(self.head)[0]
             return EagleDrafter(self.head, self.target_model, p_min=settings.draft_p_min, lean=lean)
         lean = self.lean_step(self.draft_model)[0]
@@ -340,22 +341,28 @@ class Pair:
         "compiled", or "transformers (why)" (the model's forward); None for strategies without a drafter
         model or head."""
         strategy = strategy or self.strategy
-        model = self.head if strategy == "eagle" else self.draft_model if strategy == "draft" else None
+        model = (
+            self.head
+            if strategy == Strategy.EAGLE
+            else self.draft_model
+            if strategy == Strategy.DRAFT
+            else None
+        )
         if model is None:
             return None
         lean, why = self.lean_step(model)
         if lean is not None:
             return "lean"
-        return "compiled" if self.compile and strategy == "draft" else f"transformers ({why})"
+        return "compiled" if self.compile and strategy == Strategy.DRAFT else f"transformers ({why})"
 
     def parallel_draft_tokens(self, strategy: str | None = None) -> int | None:
         """The k `strategy`'s drafter (default: the pair's own) was made for when it drafts in parallel
         (PARD: its recorded K or 8; P-EAGLE: its speculators speculative_tokens or 8); None for an
         autoregressive one and for strategies without a drafter model or head."""
         strategy = strategy or self.strategy
-        if strategy == "eagle" and self.head is not None and self.head.config.parallel:
+        if strategy == Strategy.EAGLE and self.head is not None and self.head.config.parallel:
             return self.head.config.extra.get("speculative_tokens") or PARALLEL_K_DEFAULT
-        if strategy == "draft" and self.draft_model is not None:
+        if strategy == Strategy.DRAFT and self.draft_model is not None:
             return parallel_draft_tokens(self.draft_model.config)
         return None
 
@@ -449,7 +456,7 @@ class Pair:
         if not self.compile:
             return 0
         k = settings.num_draft_tokens
-        verify = range(1, 2) if settings.strategy == "none" else range(1, k + 2)
+        verify = range(1, 2) if settings.strategy == Strategy.NONE else range(1, k + 2)
         ran = self.target.warm_up(verify, features=isinstance(drafter, ReadsTargetFeatures))
         if isinstance(drafter, DraftModelDrafter) and drafter.lm is self.draft:  # not a lean step
             ran += self.draft.warm_up(range(1, k + 2), last_only=not drafter.parallel)
@@ -509,7 +516,7 @@ class Pair:
         return Result(self.decode(tokens), tokens, ids, stats, rounds)
 
 
-COMPILE_STRATEGIES = ("none", "draft", "lookup", "eagle")
+COMPILE_STRATEGIES = (Strategy.NONE, Strategy.DRAFT, Strategy.LOOKUP, Strategy.EAGLE)
 
 
 def check_compile_strategy(strategy: str) -> None:

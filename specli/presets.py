@@ -31,6 +31,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from specli.drafters.table import Strategy
 from specli.errors import PresetError
 
 PRESET_SUFFIXES = (".yaml", ".yml")
@@ -119,7 +120,7 @@ class Preset(_Spec):
 
     name: str = Field(min_length=1)
     description: str = ""
-    strategy: Literal["draft", "none", "lookup", "self", "eagle"] = "draft"
+    strategy: str = Strategy.DRAFT.value  # a Strategy's name (`_known_strategy`)
     target: ModelSpec
     draft: ModelSpec | None = None
     head: ModelSpec | None = None  # an EAGLE head for `--strategy eagle` when the preset drafts otherwise
@@ -134,15 +135,29 @@ class Preset(_Spec):
         """The preset file this came from, or None when built in code."""
         return self._source
 
+    @field_validator("strategy")
+    @classmethod
+    def _known_strategy(cls, value: str) -> str:
+        """A strategy's plain name; else pydantic's own words for a choice ("Input should be ...")."""
+        names = [s.value for s in Strategy]
+        if value not in names:
+            quoted = [f"'{name}'" for name in names]
+            raise PydanticCustomError(
+                "strategy",
+                "Input should be {choices}",
+                {"choices": ", ".join(quoted[:-1]) + " or " + quoted[-1]},
+            )
+        return value  # pydantic gives a plain str, even for a Strategy member
+
     @model_validator(mode="after")
     def _draft_needs_model(self) -> Preset:
-        if self.strategy == "draft" and self.draft is None:
+        if self.strategy == Strategy.DRAFT and self.draft is None:
             raise PydanticCustomError(
                 "draft_required",
                 "strategy 'draft' needs a `draft:` model (or pick strategy lookup, self or none)",
                 {"field": "strategy"},
             )
-        if self.strategy == "eagle" and self.draft is None and self.head is None:
+        if self.strategy == Strategy.EAGLE and self.draft is None and self.head is None:
             raise PydanticCustomError(
                 "head_required",
                 "strategy 'eagle' needs an EAGLE head as `draft:` (or `head:`)",
@@ -153,7 +168,7 @@ class Preset(_Spec):
     @property
     def eagle_head(self) -> ModelSpec | None:
         """The EAGLE head `--strategy eagle` uses: `head:`, else the drafter of an eagle preset."""
-        return self.head or (self.draft if self.strategy == "eagle" else None)
+        return self.head or (self.draft if self.strategy == Strategy.EAGLE else None)
 
 
 # --------------------------------------------------------------------------- loading

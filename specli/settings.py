@@ -15,18 +15,18 @@ import difflib
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from specli.drafters.table import Strategy
 from specli.errors import UsageError
 from specli.presets import MAX_DRAFT_TOKENS, GenerationSpec, Preset, SpeculationSpec
 
 if TYPE_CHECKING:
     from specli.engine.sampling import SamplingConfig
 
-STRATEGIES: tuple[str, ...] = get_args(Preset.model_fields["strategy"].annotation)
-MODEL_FREE_STRATEGIES = ("lookup", "self", "none")  # need no drafter model
+STRATEGIES: tuple[str, ...] = tuple(s.value for s in Strategy)
 GENERATION_FIELDS = ("max_new_tokens", "temperature", "top_k", "top_p")
 SPECULATION_FIELDS = ("num_draft_tokens", "fixed_k", "draft_p_min", "ngram_min", "ngram_max", "exit_layer")
 _RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than_equal", "finite_number"}
@@ -50,10 +50,10 @@ _RANGE_MESSAGES: dict[str, Callable[[Any], str]] = {
 
 
 def check_strategy(strategy: str) -> str:
-    """A strategy name, or a UsageError listing them (with the nearest for a typo: 'eagel')."""
-    if strategy in STRATEGIES:
-        return strategy
-    close = difflib.get_close_matches(strategy, STRATEGIES, n=1)
+    """A strategy as its plain name, or a UsageError listing them (with the nearest for a typo: 'eagel')."""
+    if isinstance(strategy, str) and strategy in STRATEGIES:
+        return str(strategy)
+    close = difflib.get_close_matches(str(strategy), STRATEGIES, n=1)
     guess = f" Did you mean '{close[0]}'?" if close else ""
     raise UsageError(f"unknown strategy '{strategy}'.{guess}", f"Use one of: {', '.join(STRATEGIES)}.")
 
@@ -77,7 +77,7 @@ class Settings:
     not end the generation (max_new_tokens, the context or a stop string does).
     """
 
-    strategy: str  # "draft" | "lookup" | "self" | "none"
+    strategy: str  # a plain name: "draft" | "none" | "lookup" | "self" | "eagle" (Strategy)
     max_new_tokens: int
     num_draft_tokens: int
     temperature: float
@@ -95,7 +95,7 @@ class Settings:
     ignore_eos: bool = False
 
     def __post_init__(self) -> None:
-        check_strategy(self.strategy)
+        object.__setattr__(self, "strategy", check_strategy(self.strategy))  # Strategy.DRAFT -> "draft"
         generation = _validate(GenerationSpec, {name: getattr(self, name) for name in GENERATION_FIELDS})
         speculation = _validate(SpeculationSpec, {name: getattr(self, name) for name in SPECULATION_FIELDS})
         checked = {name: getattr(generation, name) for name in GENERATION_FIELDS}
@@ -139,7 +139,7 @@ def resolve_settings(preset: Preset | None = None, **overrides: Any) -> Settings
     its upper bound come with `Pair.settings`.
     """
     if preset is None:
-        return settings_from(GenerationSpec(), SpeculationSpec(), STRATEGIES[0], **overrides)
+        return settings_from(GenerationSpec(), SpeculationSpec(), Strategy.DRAFT, **overrides)
     return settings_from(preset.generation, preset_speculation(preset), preset.strategy, **overrides)
 
 
@@ -148,7 +148,7 @@ def preset_speculation(preset: Preset) -> SpeculationSpec:
     itself drafts by lookup: a k picked for a drafter model stays for the model strategies, unnamed (and
     so LOOKUP_DRAFT_TOKENS) for lookup."""
     spec = preset.speculation
-    if preset.strategy == "lookup" or "num_draft_tokens" not in spec.model_fields_set:
+    if preset.strategy == Strategy.LOOKUP or "num_draft_tokens" not in spec.model_fields_set:
         return spec
     return SpeculationSpec.model_construct(spec.model_fields_set - {"num_draft_tokens"}, **dict(spec))
 
@@ -156,7 +156,7 @@ def preset_speculation(preset: Preset) -> SpeculationSpec:
 def draft_tokens(speculation: SpeculationSpec, strategy: str) -> int:
     """The most a round drafts under `strategy`: the speculation's num_draft_tokens, but for lookup
     LOOKUP_DRAFT_TOKENS unless the speculation names one."""
-    if strategy == "lookup" and "num_draft_tokens" not in speculation.model_fields_set:
+    if strategy == Strategy.LOOKUP and "num_draft_tokens" not in speculation.model_fields_set:
         return LOOKUP_DRAFT_TOKENS
     return speculation.num_draft_tokens
 

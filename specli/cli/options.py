@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from specli.cli.prompt_input import check_text
+from specli.drafters.table import Strategy
 from specli.errors import ModelNotFoundError, SpecliError, UsageError
 from specli.models.model_dirs import EMBEDDED_PREFIX, config_max_positions, embedded_model, read_config
 from specli.presets import Preset, resolve_preset
@@ -274,9 +275,9 @@ def check_before_loading(models: ModelOptions, options: GenerationOptions | None
     strategies = _strategies(models, preset)
     target = models.target or (preset.target.model if preset else None)
     preset_draft = preset.draft.model if preset and preset.draft else None
-    head = models.draft if "eagle" in strategies else None  # with eagle, --draft names the head
+    head = models.draft if Strategy.EAGLE in strategies else None  # with eagle, --draft names the head
     drafter = preset_draft if head else models.draft or preset_draft
-    for name, used in ((target, True), (head, True), (drafter, "draft" in strategies)):
+    for name, used in ((target, True), (head, True), (drafter, Strategy.DRAFT in strategies)):
         if name is not None and used:
             local_model_folder(name)
     if options.num_draft_tokens is not None or models.draft is None:  # else a parallel drafter picks its k
@@ -331,15 +332,15 @@ def _strategies(models: ModelOptions, preset: Preset | None) -> list[str]:
         return named
     if preset is not None:
         return [preset.strategy]
-    return ["draft" if models.draft else "none"]
+    return [Strategy.DRAFT if models.draft else Strategy.NONE]
 
 
 def _check_context(k: int, strategy: str, target: str | None, draft: str | None) -> None:
     """-k against the context of each local model the strategy verifies or drafts with (Pair's own check:
     a round verifies the last token and k drafts after at least one prompt token, so k <= context - 2)."""
-    if strategy == "none":
+    if strategy == Strategy.NONE:
         return
-    names = [target] + ([draft] if strategy == "draft" else [])
+    names = [target] + ([draft] if strategy == Strategy.DRAFT else [])
     for name in names:
         folder = local_model_folder(name) if name else None
         config = read_config(folder) if folder is not None else None

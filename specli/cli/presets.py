@@ -14,6 +14,7 @@ from rich.table import Table
 from specli.cli.app import Command, presets_app
 from specli.cli.common import user_errors
 from specli.cli.options import DebugOpt, JsonOpt
+from specli.drafters.table import Strategy
 from specli.errors import SpecliError
 from specli.models.memory import PLAN_CONTEXT, human, preset_context, preset_estimate
 from specli.presets import PresetEntry, load_preset_file, preset_entries, preset_to_dict, resolve_preset
@@ -45,9 +46,9 @@ def _preset_row(entry: PresetEntry) -> list[str]:
 
 
 def _drafter_label(p: Any) -> str:
-    if p.strategy == "lookup":
+    if p.strategy == Strategy.LOOKUP:
         return f"n-grams {p.speculation.ngram_max}..{p.speculation.ngram_min}"
-    if p.strategy == "self":
+    if p.strategy == Strategy.SELF:
         return f"exit layer {p.speculation.exit_layer}" if p.speculation.exit_layer else "early exit"
     return p.draft.model if p.draft else ""
 

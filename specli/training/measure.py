@@ -16,12 +16,13 @@ import torch
 
 from specli.bench.prompts import BenchPrompt
 from specli.bench.run import BenchSettings, Measurement, encode_prompts, identity_errors, measure, summarize
+from specli.drafters.table import Strategy
 from specli.models import head_formats, loading
 from specli.models.cached_lm import CachedLM
 from specli.models.model_dirs import read_config
 from specli.pair import Pair
 
-PLAIN = "none"
+PLAIN = Strategy.NONE
 KEYS = (  # what training.json keeps of bench's metrics for each drafter
     "tokens_per_second",
     "speedup",
@@ -74,12 +75,12 @@ def drafter(label: str, target: Pair, source: str, allow_pickle: bool = False) -
             folder, model.config, allow_pickle=allow_pickle, dtype=dtype, device=device, name=source
         )
         pair.attach(source, head=head)
-        return Drafter(label, source, pair, "eagle")
+        return Drafter(label, source, pair, Strategy.EAGLE)
     tokenizer = loading.load_tokenizer(folder, name=source)
     loading.check_tokenizers(target.tokenizer, tokenizer, target.target_name, source)
     draft = loading.load_model(folder, device=device, dtype=dtype, allow_pickle=allow_pickle, name=source)
     pair.attach(source, draft_model=draft)
-    return Drafter(label, source, pair, "draft")
+    return Drafter(label, source, pair, Strategy.DRAFT)
 
 
 def run_measurement(
