@@ -102,6 +102,7 @@ def m(strategy, prompt="1", tokens=10, rounds=10, drafted=0, accepted=0, rejecti
       draft=0.0, verify=1.0, repeat=0):  # fmt: skip
     stats = Stats(
         rounds=rounds, drafted=drafted, accepted=accepted, rejections=rejections, tokens=tokens,
+        drafts=rounds if drafted else 0,
         draft_time=draft, verify_time=verify, position_drafted=[rounds] * (drafted // max(rounds, 1)),
         position_accepted=([accepted // max(rounds, 1)] + [0] * (drafted // max(rounds, 1) - 1))[
             : drafted // max(rounds, 1)
@@ -132,7 +133,8 @@ def test_bound_takes_E_at_each_rounds_own_k():
     """k chosen per round: 10 rounds drafted 2 and 10 drafted 4 (mean k 3). The bound is the mean of
     E(α, 2) and E(α, 4) over 3·c + v, not E(α, 4) over 4·c + v."""
     stats = Stats(
-        rounds=20, drafted=60, accepted=40, rejections=10, tokens=60, draft_time=0.12, verify_time=0.2,
+        rounds=20, drafts=20, drafted=60, accepted=40, rejections=10, tokens=60, draft_time=0.12,
+        verify_time=0.2,
         position_drafted=[20, 20, 10, 10], position_accepted=[15, 12, 8, 5], position_judged=[20, 15, 8, 7],
     )  # fmt: skip
     assert stats.rounds_by_drafted == [0, 0, 10, 0, 10]
@@ -481,9 +483,9 @@ def swept(strategy, k, judged, accepted, rounds=10):
     """A run of a k sweep whose positions were judged and kept as given (one draft judged per round at
     position 1; a later position only after the ones before it were kept)."""
     stats = Stats(
-        rounds=rounds, drafted=k * rounds, accepted=sum(accepted), rejections=rounds - accepted[-1],
-        tokens=rounds + sum(accepted), verify_time=1.0, position_drafted=[rounds] * k,
-        position_accepted=accepted, position_judged=judged,
+        rounds=rounds, drafts=rounds, drafted=k * rounds, accepted=sum(accepted),
+        rejections=rounds - accepted[-1], tokens=rounds + sum(accepted), verify_time=1.0,
+        position_drafted=[rounds] * k, position_accepted=accepted, position_judged=judged,
     )  # fmt: skip
     return b.Measurement("1", "c", strategy, 0, 1.0, stats, [1] * 10, num_draft_tokens=k)
 
@@ -540,12 +542,12 @@ def test_bench_footer_says_how_k_was_chosen(fixed, ks, words):
 
 
 def test_local_rows_carry_the_figures_servers_report():
-    """Local rows carry vLLM's figures so they sit beside a server's: drafts = rounds that drafted (the
-    last round, which the budget left no draft, is not one), acceptance length = 1 + accepted / drafts
+    """Local rows carry vLLM's figures so they sit beside a server's: drafts = rounds that drafted (4 of
+    the 5: the last, which the budget left no draft, is not one), acceptance length = 1 + accepted / drafts
     (not τ = tokens / rounds), per-position acceptance over drafts; TTFT, TPOT and ITL from the times
     of the rounds that committed."""
     stats = Stats(
-        rounds=5, drafted=12, accepted=8, rejections=2, tokens=13, verify_time=1.0,
+        rounds=5, drafts=4, drafted=12, accepted=8, rejections=2, tokens=13, verify_time=1.0,
         position_drafted=[4, 4, 4], position_accepted=[4, 3, 1], position_judged=[4, 4, 3],
     )  # fmt: skip
     run = b.Measurement(

@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 from specli.bench import endpoint as e
 from specli.bench import run as b
 from specli.cli import app
+from specli.engine.counters import SpecCounters
 from specli.errors import UsageError
 from specli.settings import resolve_settings
 
@@ -95,18 +96,19 @@ specli:spec_decode_num_accepted_tokens_per_pos_total{position="4"} 2.0
 def test_vllm_metrics_sum_every_engine_and_order_positions():
     """Bug caught: reading one engine's series only (vLLM has one per engine), `_created` samples
     added as counts, or positions in the order the text lists them."""
-    c = e.prometheus_counts(VLLM)
-    assert (c.drafts, c.draft_tokens, c.accepted_tokens) == (14, 56, 34)
-    assert c.accepted_per_position == (13, 10, 7, 4)
-    assert c.sources == ("/metrics vllm:",)
+    r = e.prometheus_counts(VLLM)
+    c = r.counters
+    assert (c.drafts, c.drafted, c.accepted) == (14, 56, 34)
+    assert c.position_accepted == [13, 10, 7, 4]
+    assert r.sources == ("/metrics vllm:",)
 
 
 def test_llama_cpp_and_specli_metrics():
-    c = e.prometheus_counts(LLAMA_CPP)
-    assert (c.drafts, c.draft_tokens, c.accepted_tokens, c.accepted_per_position) == (30, 1000, 630, None)
-    s = e.prometheus_counts(SPECLI)  # TYPE lines without _total, positions counted from 1
-    assert (s.drafts, s.draft_tokens, s.accepted_tokens) == (6, 24, 17)
-    assert s.accepted_per_position == (6, 5, 4, 2)
+    c = e.prometheus_counts(LLAMA_CPP).counters
+    assert (c.drafts, c.drafted, c.accepted, c.position_accepted) == (30, 1000, 630, None)
+    s = e.prometheus_counts(SPECLI).counters  # TYPE lines without _total, positions counted from 1
+    assert (s.drafts, s.drafted, s.accepted) == (6, 24, 17)
+    assert s.position_accepted == [6, 5, 4, 2]
 
 
 def test_metrics_without_speculation_or_not_prometheus_report_nothing():
@@ -127,12 +129,12 @@ def test_counter_growth_between_two_reads():
         .replace('position="2"} 2.0', 'position="2"} 4.0')
         + 'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="1",model_name="m",position="3"} 1.0\n'
     )
-    grown = after.since(before)
-    assert (grown.drafts, grown.draft_tokens, grown.accepted_tokens) == (3, 12, 8)
-    assert grown.accepted_per_position == (0, 0, 2, 1)
-    assert e.SpecCounts(drafts=2).since(e.SpecCounts(drafts=5)).drafts is None
-    first = e.SpecCounts(drafts=3, accepted_per_position=(2, 1)).since(e.SpecCounts())
-    assert (first.drafts, first.accepted_per_position) == (3, (2, 1))
+    grown = after.since(before).counters
+    assert (grown.drafts, grown.drafted, grown.accepted) == (3, 12, 8)
+    assert grown.position_accepted == [0, 0, 2, 1]
+    assert SpecCounters(drafts=2).since(SpecCounters(drafts=5)).drafts is None
+    first = SpecCounters(drafts=3, position_accepted=[2, 1]).since(SpecCounters())
+    assert (first.drafts, first.position_accepted) == (3, [2, 1])
 
 
 def test_a_counter_that_did_not_grow_is_zero_and_only_an_absent_one_is_unknown():
@@ -140,25 +142,27 @@ def test_a_counter_that_did_not_grow_is_zero_and_only_an_absent_one_is_unknown()
     drafted nothing) taken as absent (None: "not reported") instead of 0."""
     seen = e.prometheus_counts(VLLM)
     still = seen.since(seen)
-    assert (still.drafts, still.draft_tokens, still.accepted_tokens) == (0, 0, 0)
-    assert still.accepted_per_position == (0, 0, 0, 0) and still.reported
-    absent = e.SpecCounts().since(e.SpecCounts())  # no counter either time: unknown, not 0
-    assert absent == e.SpecCounts() and not absent.reported
-    gone = e.SpecCounts(accepted_tokens=3).since(e.SpecCounts(drafts=2, accepted_tokens=3))
-    assert (gone.drafts, gone.accepted_tokens) == (None, 0)  # gone since: unknown; still there: 0
+    c = still.counters
+    assert (c.drafts, c.drafted, c.accepted) == (0, 0, 0)
+    assert c.position_accepted == [0, 0, 0, 0] and still.reported
+    absent = e.Reported().since(e.Reported())  # no counter either time: unknown, not 0
+    assert absent == e.Reported() and not absent.reported
+    gone = SpecCounters(accepted=3).since(SpecCounters(drafts=2, accepted=3))
+    assert (gone.drafts, gone.accepted) == (None, 0)  # gone since: unknown; still there: 0
 
 
 def test_counts_add_and_fill():
-    a = e.SpecCounts(drafts=2, draft_tokens=8, accepted_per_position=(2, 1), sources=("spec_decode",))
-    b_ = e.SpecCounts(drafts=1, accepted_tokens=3, accepted_per_position=(1, 1, 1))
-    s = a + b_
-    assert (s.drafts, s.draft_tokens, s.accepted_tokens, s.accepted_per_position) == (3, 8, 3, (3, 2, 1))
-    timings = e.SpecCounts(draft_tokens=8, accepted_tokens=5, sources=("timings",))
-    metrics = e.SpecCounts(drafts=9, draft_tokens=99, accepted_tokens=99, sources=("/metrics llamacpp:",))
+    a = e.Reported(SpecCounters(drafts=2, drafted=8, position_accepted=[2, 1]), ("spec_decode",))
+    b_ = e.Reported(SpecCounters(drafts=1, accepted=3, position_accepted=[1, 1, 1]))
+    s = (a + b_).counters
+    assert (s.drafts, s.drafted, s.accepted, s.position_accepted) == (3, 8, 3, [3, 2, 1])
+    assert a.counters.position_accepted == [2, 1]  # the sum is a new counter; its operands are unchanged
+    timings = e.Reported(SpecCounters(drafted=8, accepted=5), ("timings",))
+    metrics = e.Reported(SpecCounters(drafts=9, drafted=99, accepted=99), ("/metrics llamacpp:",))
     filled = timings.fill(metrics)  # the response's own figures first, /metrics' for what it lacks
-    assert (filled.drafts, filled.draft_tokens, filled.accepted_tokens) == (9, 8, 5)
+    assert (filled.counters.drafts, filled.counters.drafted, filled.counters.accepted) == (9, 8, 5)
     assert filled.sources == ("timings", "/metrics llamacpp:")
-    assert timings.fill(e.SpecCounts()).sources == ("timings",)
+    assert timings.fill(e.Reported()).sources == ("timings",)
 
 
 # --------------------------------------------------------------------------- per-response figures
@@ -170,8 +174,8 @@ def test_llama_cpp_timings_in_the_last_chunk():
         "usage": {"completion_tokens": 665, "prompt_tokens": 808},
         "timings": {"prompt_n": 4, "predicted_n": 665, "draft_n": 604, "draft_n_accepted": 515},
     }
-    c = e.response_counts(chunk)
-    assert (c.drafts, c.draft_tokens, c.accepted_tokens) == (None, 604, 515)
+    c = e.response_counts(chunk).counters
+    assert (c.drafts, c.drafted, c.accepted) == (None, 604, 515)
     assert not e.response_counts({"timings": {"prompt_n": 4, "predicted_n": 9}}).reported  # no drafting
 
 
@@ -179,9 +183,9 @@ def test_sglang_meta_info():
     """spec_accept_length counts the bonus token: accepted drafts = (length − 1) × verify rounds."""
     c = e.response_counts(
         {"meta_info": {"completion_tokens": 12, "spec_verify_ct": 4, "spec_accept_length": 3.0}}
-    )
-    assert (c.drafts, c.accepted_tokens, c.draft_tokens) == (4, 8, None)
-    m = b.speculation_metrics(c.drafts, c.draft_tokens, c.accepted_tokens, None)
+    ).counters
+    assert (c.drafts, c.accepted, c.drafted) == (4, 8, None)
+    m = b.speculation_metrics(c)
     assert m["acceptance_length"] == 3.0 and m["acceptance_rate"] is None
     assert not e.response_counts({"meta_info": {"spec_verify_ct": 0}}).reported
 
@@ -192,16 +196,18 @@ def test_specli_spec_decode_object():
         "mean_acceptance_length": 3.4, "strategy": "draft", "num_draft_tokens": 4,
         "accepted_per_position": [5, 4, 3, 1],
     }  # fmt: skip
-    c = e.response_counts({"choices": [], "spec_decode": spec})
-    assert (c.drafts, c.draft_tokens, c.accepted_tokens, c.accepted_per_position) == (5, 20, 13, (5, 4, 3, 1))
+    c = e.response_counts({"choices": [], "spec_decode": spec}).counters
+    assert (c.drafts, c.drafted, c.accepted, c.position_accepted) == (5, 20, 13, [5, 4, 3, 1])
 
 
 def test_speculation_figures_follow_vllm():
-    m = b.speculation_metrics(drafts=14, draft_tokens=56, accepted=34, accepted_per_position=(13, 10, 7, 4))
+    m = b.speculation_metrics(
+        SpecCounters(drafts=14, drafted=56, accepted=34, position_accepted=[13, 10, 7, 4])
+    )
     assert m["acceptance_rate"] == pytest.approx(34 / 56)
     assert m["acceptance_length"] == pytest.approx(1 + 34 / 14)
     assert m["per_position_acceptance_rate"] == pytest.approx([13 / 14, 10 / 14, 7 / 14, 4 / 14])
-    none = b.speculation_metrics(None, None, None, None)
+    none = b.speculation_metrics(SpecCounters())
     assert none["acceptance_rate"] is None and none["acceptance_length"] is None
 
 
@@ -721,10 +727,10 @@ def test_bench_endpoint_against_specli_serve_equals_a_local_bench(specli_server,
     assert "spec_decode" in row["speculation"]
     runs = served["endpoint_runs"]
     for source in ("speculation_response", "speculation_metrics"):  # each source on its own agrees too
-        summed = e.total(e.SpecCounts.from_dict(r[source]) for r in runs)
-        assert (summed.drafts, summed.draft_tokens, summed.accepted_tokens) == (
+        summed = e.total(e.Reported.from_dict(r[source]) for r in runs).counters
+        assert (summed.drafts, summed.drafted, summed.accepted) == (
             local["drafts"],
             local["draft_tokens"],
             local["accepted_tokens"],
         ), source
-        assert list(summed.accepted_per_position) == local["accepted_per_position"], source
+        assert summed.position_accepted == local["accepted_per_position"], source

@@ -4,6 +4,7 @@ per-token acceptance probability is known, run through the real engine."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import statistics
@@ -11,6 +12,7 @@ import statistics
 import pytest
 import torch
 
+from specli.engine.counters import SpecCounters
 from specli.engine.drafter import Proposal
 from specli.engine.events import Round, Stats, StopReason, TokenKind, expected_acceptance_length
 from specli.engine.loop import EngineConfig, generate_rounds
@@ -117,6 +119,52 @@ def test_expected_acceptance_length():
     assert expected_acceptance_length(1.0, 4) == 5.0
     assert expected_acceptance_length(0.5, 2) == pytest.approx(1.75)
     assert expected_acceptance_length(0.8, 4) == pytest.approx(1 + 0.8 + 0.64 + 0.512 + 0.4096)
+
+
+# --------------------------------------------------------------------------- one counter type
+
+
+def test_engine_stats_and_a_servers_counters_are_one_core():
+    """The engine's Stats and what bench --endpoint reads back from specli serve (its spec_decode object
+    and its Prometheus counters) are the same SpecCounters: the same counts and the same rates, by the
+    vLLM definitions. Bug caught: either side computing a rate its own way (e.g. acceptance length as
+    τ = tokens / rounds, or per-position acceptance over the rounds that drafted each position), or
+    a round that drafted nothing counted as a draft."""
+    pytest.importorskip("prometheus_client")
+    from specli.bench.endpoint import prometheus_counts, response_counts
+    from specli.bench.run import speculation_metrics
+    from specli.serve.metrics import Metrics
+    from specli.serve.report import Outcome, spec_decode
+
+    stats = stats_of([make_round(4, 2), make_round(4, 4), make_round(0, 0), make_round(3, 0)])
+    assert (stats.drafts, stats.drafted, stats.accepted) == (3, 11, 6) == (stats.position_drafted[0], 11, 6)
+    assert stats.position_accepted == [2, 2, 1, 1]
+    metrics = Metrics(4, running=lambda: 0, waiting=lambda: 0)
+    metrics.observe(Outcome("r", "/v1/completions", 5, stats, "stop", "draft", 4, None, 0.0, 0.1, 0.2))
+    served = json.loads(json.dumps({"choices": [], "spec_decode": spec_decode(stats, "draft", 4)}))
+    read_back = [response_counts(served).counters, prometheus_counts(metrics.exposition().decode()).counters]
+    for counters in read_back:
+        assert counters == SpecCounters(3, 11, 6, [2, 2, 1, 1])
+        assert counters.acceptance_rate == stats.acceptance_rate == pytest.approx(6 / 11)
+        assert counters.acceptance_length == stats.acceptance_length == pytest.approx(1 + 6 / 3)
+        expected = pytest.approx([2 / 3, 2 / 3, 1 / 3, 1 / 3])
+        assert counters.per_position_acceptance_rate == stats.per_position_acceptance_rate == expected
+        assert speculation_metrics(counters) == speculation_metrics(stats)
+
+
+def test_counters_know_nothing_until_they_count():
+    """A bare SpecCounters reports nothing (every count None, every rate None); observing a draft counts
+    from 0; a round that drafted nothing is no draft; Stats' acceptance rate is 0.0 where the counters'
+    is None (nothing drafted)."""
+    c = SpecCounters()
+    assert not c.reported and c.acceptance_rate is None and c.acceptance_length is None
+    c.observe_draft(0, 0)
+    assert not c.reported
+    c.observe_draft(3, 1)
+    c.observe_draft(2, 2)
+    assert (c.drafts, c.drafted, c.accepted, c.position_accepted) == (2, 5, 3, [2, 1, 0])
+    assert c.acceptance_length == pytest.approx(2.5) and c.per_position_acceptance_rate == [1.0, 0.5, 0.0]
+    assert Stats().acceptance_rate == 0.0 and Stats().acceptance_length is None
 
 
 # --------------------------------------------------------------------------- a drafter of known alpha

@@ -11,8 +11,10 @@ its tokens are the server's `usage`. Speculation is what the server reports, in 
   `llamacpp:` or `specli:` prefix, one series per engine summed), read before and after each request
   (at concurrency 1) or around the whole measuring stage (concurrency > 1: overall only).
 
-A response's own figures come first; the counters fill what it lacks. Figures follow `vllm bench serve`:
-acceptance rate = accepted / draft tokens, acceptance length = 1 + accepted / drafts.
+A response's own figures come first; the counters fill what it lacks. Either way they are read into the
+engine's own counter type (`SpecCounters`, engine/counters.py, with each count None where the server
+did not say), whose rates follow `vllm bench serve`: acceptance rate = accepted / draft tokens,
+acceptance length = 1 + accepted / drafts.
 
 The parsers are pure functions; httpx and prometheus_client (the `serve` extra) are imported only when a
 server is actually asked, so a local bench needs neither.
@@ -26,12 +28,13 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from specli.bench.prompts import BenchPrompt
 from specli.bench.run import BenchSettings, Progress, latency_metrics, speculation_metrics
+from specli.engine.counters import COUNTS, SpecCounters
 from specli.errors import UsageError
 from specli.wording import count
 
@@ -39,10 +42,10 @@ if TYPE_CHECKING:
     import httpx
 
 PREFIXES = ("vllm:", "llamacpp:", "specli:")  # engines whose /metrics name spec_decode counters as vLLM
-COUNTERS = {  # counter (prefix and _total stripped) -> SpecCounts field
+COUNTERS = {  # counter (prefix and _total stripped) -> SpecCounters field
     "spec_decode_num_drafts": "drafts",
-    "spec_decode_num_draft_tokens": "draft_tokens",
-    "spec_decode_num_accepted_tokens": "accepted_tokens",
+    "spec_decode_num_draft_tokens": "drafted",
+    "spec_decode_num_accepted_tokens": "accepted",
 }
 PER_POSITION = "spec_decode_num_accepted_tokens_per_pos"
 GENERATED = ("generation_tokens", "tokens_predicted")  # tokens generated: vLLM and specli, llama.cpp
@@ -114,82 +117,63 @@ def parse_endpoints(
 
 
 @dataclass(frozen=True)
-class SpecCounts:
-    """Speculation counters over some requests, each None when the server did not report it.
-    drafts: rounds that drafted; accepted_tokens excludes the bonus; accepted_per_position[i]: rounds
-    whose draft position i was kept. sources: where the figures came from."""
+class Reported:
+    """Speculation counters as a server reported them over some requests (`counters`: each count None
+    where it did not say) and where the figures came from (`sources`: "spec_decode", "timings",
+    "meta_info", "/metrics vllm:", ...)."""
 
-    drafts: int | None = None
-    draft_tokens: int | None = None
-    accepted_tokens: int | None = None
-    accepted_per_position: tuple[int, ...] | None = None
+    counters: SpecCounters = field(default_factory=SpecCounters)
     sources: tuple[str, ...] = ()
 
     @property
     def reported(self) -> bool:
-        return any(getattr(self, f) is not None for f in COUNT_FIELDS)
+        return self.counters.reported
 
-    def __add__(self, other: SpecCounts) -> SpecCounts:
-        """Field by field sums; a field one side lacks is the other's (per-position: padded with 0)."""
-        values = {f: _add(getattr(self, f), getattr(other, f)) for f in COUNT_FIELDS}
-        return SpecCounts(**values, sources=_union(self.sources, other.sources))
+    def __add__(self, other: Reported) -> Reported:
+        """Count by count sums (SpecCounters.__add__); the sources of both."""
+        return Reported(self.counters + other.counters, _union(self.sources, other.sources))
 
-    def fill(self, other: SpecCounts) -> SpecCounts:
+    def fill(self, other: Reported) -> Reported:
         """These counts, with `other`'s where these are None (its source kept when it gave one)."""
-        values = {
-            f: getattr(self, f) if getattr(self, f) is not None else getattr(other, f) for f in COUNT_FIELDS
-        }
-        used = any(getattr(self, f) is None and getattr(other, f) is not None for f in COUNT_FIELDS)
-        return SpecCounts(**values, sources=_union(self.sources, other.sources if used else ()))
+        mine, theirs = self.counters, other.counters
+        used = any(getattr(mine, f) is None and getattr(theirs, f) is not None for f in COUNTS)
+        return Reported(mine.fill(theirs), _union(self.sources, other.sources if used else ()))
 
-    def since(self, before: SpecCounts) -> SpecCounts:
-        """The counters' growth from `before` (a series missing then counts from 0). A counter that went
-        down (the server restarted) or is missing now is None."""
-        values: dict[str, Any] = {}
-        for f in ("drafts", "draft_tokens", "accepted_tokens"):
-            now, then = getattr(self, f), getattr(before, f) or 0
-            values[f] = now - then if now is not None and now >= then else None
-        now_pos, then_pos = self.accepted_per_position, before.accepted_per_position or ()
-        if now_pos is not None and len(now_pos) >= len(then_pos):
-            grown = [n - (then_pos[i] if i < len(then_pos) else 0) for i, n in enumerate(now_pos)]
-            values["accepted_per_position"] = tuple(grown) if min(grown, default=0) >= 0 else None
-        return SpecCounts(**values, sources=self.sources)
+    def since(self, before: Reported) -> Reported:
+        """The counters' growth from `before` (SpecCounters.since)."""
+        return Reported(self.counters.since(before.counters), self.sources)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> SpecCounts:
+    def from_dict(cls, d: dict[str, Any]) -> Reported:
         """The inverse of to_dict."""
         positions = d.get("accepted_per_position")
-        values = {f: d.get(f) for f in COUNT_FIELDS} | {
-            "accepted_per_position": tuple(positions) if positions is not None else None
-        }
-        return cls(**values, sources=tuple(d.get("sources", ())))
+        counters = SpecCounters(
+            d.get("drafts"),
+            d.get("draft_tokens"),
+            d.get("accepted_tokens"),
+            list(positions) if positions is not None else None,
+        )
+        return cls(counters, tuple(d.get("sources", ())))
 
     def to_dict(self) -> dict[str, Any]:
-        d = {f: getattr(self, f) for f in COUNT_FIELDS}
-        if self.accepted_per_position is not None:
-            d["accepted_per_position"] = list(self.accepted_per_position)
-        return d | {"sources": list(self.sources)}
-
-
-COUNT_FIELDS = tuple(f.name for f in fields(SpecCounts) if f.name != "sources")
-
-
-def _add(a: Any, b: Any) -> Any:
-    if a is None or b is None:
-        return b if a is None else a
-    if isinstance(a, tuple):
-        width = max(len(a), len(b))
-        return tuple((a[i] if i < len(a) else 0) + (b[i] if i < len(b) else 0) for i in range(width))
-    return a + b
+        """The counts under vLLM's names (as specli serve's spec_decode object has them), and the sources."""
+        c = self.counters
+        return {
+            "drafts": c.drafts,
+            "draft_tokens": c.drafted,
+            "accepted_tokens": c.accepted,
+            "accepted_per_position": list(c.position_accepted) if c.position_accepted is not None else None,
+            "sources": list(self.sources),
+        }
 
 
 def _union(a: Sequence[str], b: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*a, *b]))
 
 
-def total(counts: Iterable[SpecCounts]) -> SpecCounts:
+def total(counts: Iterable[Reported]) -> Reported:
     """The sum of several requests' counts."""
-    out = SpecCounts()
+    out = Reported()
     for c in counts:
         out = out + c
     return out
@@ -200,7 +184,7 @@ class Scrape:
     """One read of /metrics: the spec_decode counters, and the engine's count of generated tokens (None
     without one), which tells when the server has counted a request (it may do so just after answering)."""
 
-    counts: SpecCounts = field(default_factory=lambda: SpecCounts())
+    counts: Reported = field(default_factory=Reported)
     generated: int | None = None
 
 
@@ -234,17 +218,18 @@ def scrape(text: str) -> Scrape:
         return Scrape()
     sums, at = dict(found.get(prefix, {})), positions.get(prefix)
     generated = sums.pop("generated", None)
-    counts = SpecCounts()
+    counts = Reported()
     if speculating:
         per_position = None
         if at:
-            per_position = tuple(round(at.get(i, 0.0)) for i in range(min(at), max(at) + 1))
+            per_position = [round(at.get(i, 0.0)) for i in range(min(at), max(at) + 1)]
         values = {f: round(v) for f, v in sums.items()}
-        counts = SpecCounts(**values, accepted_per_position=per_position, sources=(f"/metrics {prefix}",))
+        counters = SpecCounters(**values, position_accepted=per_position)
+        counts = Reported(counters, (f"/metrics {prefix}",))
     return Scrape(counts, round(generated) if generated is not None else None)
 
 
-def prometheus_counts(text: str) -> SpecCounts:
+def prometheus_counts(text: str) -> Reported:
     """The spec_decode counters of a Prometheus text exposition (see `scrape`); empty without any."""
     return scrape(text).counts
 
@@ -258,14 +243,14 @@ def _counter_name(sample: str) -> tuple[str | None, str]:
     return None, ""
 
 
-def response_counts(obj: dict[str, Any]) -> SpecCounts:
+def response_counts(obj: dict[str, Any]) -> Reported:
     """What one response object (or streamed chunk) says of its request's speculation: specli serve's
     `spec_decode`, llama.cpp's `timings`, SGLang's `meta_info`. Empty when it says nothing."""
     for read in (_specli_counts, _llama_cpp_counts, _sglang_counts):
         counts = read(obj)
         if counts.reported:
             return counts
-    return SpecCounts()
+    return Reported()
 
 
 def _int(value: Any) -> int | None:
@@ -275,43 +260,40 @@ def _int(value: Any) -> int | None:
     return round(value)
 
 
-def _specli_counts(obj: dict[str, Any]) -> SpecCounts:
+def _specli_counts(obj: dict[str, Any]) -> Reported:
     spec = obj.get("spec_decode")
     if not isinstance(spec, dict):
-        return SpecCounts()
+        return Reported()
     per_position = spec.get("accepted_per_position")
     positions = None
     if isinstance(per_position, list) and all(_int(n) is not None for n in per_position):
-        positions = tuple(_int(n) or 0 for n in per_position)
-    return SpecCounts(
-        _int(spec.get("drafts")),
-        _int(spec.get("draft_tokens")),
-        _int(spec.get("accepted_tokens")),
-        positions,
-        ("spec_decode",),
+        positions = [_int(n) or 0 for n in per_position]
+    counters = SpecCounters(
+        _int(spec.get("drafts")), _int(spec.get("draft_tokens")), _int(spec.get("accepted_tokens")), positions
     )
+    return Reported(counters, ("spec_decode",))
 
 
-def _llama_cpp_counts(obj: dict[str, Any]) -> SpecCounts:
+def _llama_cpp_counts(obj: dict[str, Any]) -> Reported:
     """llama-server's timings: draft_n (draft tokens) and draft_n_accepted; no draft rounds. It leaves
     both out of a response that drafted nothing."""
     timings = obj.get("timings")
     if not isinstance(timings, dict) or "draft_n" not in timings:
-        return SpecCounts()
+        return Reported()
     drafted, accepted = _int(timings.get("draft_n")), _int(timings.get("draft_n_accepted"))
-    return SpecCounts(draft_tokens=drafted, accepted_tokens=accepted, sources=("timings",))
+    return Reported(SpecCounters(drafted=drafted, accepted=accepted), ("timings",))
 
 
-def _sglang_counts(obj: dict[str, Any]) -> SpecCounts:
+def _sglang_counts(obj: dict[str, Any]) -> Reported:
     """SGLang's meta_info: spec_verify_ct verify rounds (each drafted) and spec_accept_length, tokens
     per round with the bonus: accepted = (length − 1) × rounds. Draft tokens are not reported."""
     meta = obj.get("meta_info")
     if not isinstance(meta, dict):
-        return SpecCounts()
+        return Reported()
     rounds, length = _int(meta.get("spec_verify_ct")), meta.get("spec_accept_length")
     if not rounds or not isinstance(length, (int, float)):
-        return SpecCounts()
-    return SpecCounts(drafts=rounds, accepted_tokens=round((length - 1) * rounds), sources=("meta_info",))
+        return Reported()
+    return Reported(SpecCounters(drafts=rounds, accepted=round((length - 1) * rounds)), ("meta_info",))
 
 
 # --------------------------------------------------------------------------- streamed replies
@@ -330,7 +312,7 @@ class Reply:
     prompt_tokens: int | None
     completion_tokens: int
     finish_reason: str | None
-    counts: SpecCounts
+    counts: Reported
 
     @property
     def tpot_s(self) -> float | None:
@@ -377,7 +359,7 @@ def read_stream(
     times: list[float] = []
     usage: dict[str, Any] | None = None
     finish: str | None = None
-    counts = SpecCounts()
+    counts = Reported()
     events = 0
     for line in lines:
         if not line.startswith("data:"):
@@ -561,10 +543,10 @@ class EndpointRun:
     category: str
     repeat: int
     reply: Reply
-    metrics: SpecCounts = field(default_factory=SpecCounts)
+    metrics: Reported = field(default_factory=Reported)
 
     @property
-    def counts(self) -> SpecCounts:
+    def counts(self) -> Reported:
         """The response's own figures, /metrics' where it has none."""
         return self.reply.counts.fill(self.metrics)
 
@@ -611,7 +593,7 @@ class EndpointRunner:
         self.has_metrics = False
         self.settles = True  # its /metrics catches up with each answered request (see _settled)
         self.runs: list[EndpointRun] = []
-        self.stage_metrics: SpecCounts | None = None  # concurrency > 1: the growth over the whole stage
+        self.stage_metrics: Reported | None = None  # concurrency > 1: the growth over the whole stage
         self.wall_s = 0.0  # concurrency > 1: wall time of the measured stages
         self.concurrency = 1
         self.client: Client | None = None
@@ -696,7 +678,7 @@ class EndpointRunner:
                 f"{concurrency} at a time",
                 len(prompts) * bench.repeats,
             )
-        grown = SpecCounts()
+        grown = Reported()
         for repeat in range(bench.repeats):
             if self.error is not None:
                 return
@@ -766,7 +748,6 @@ def endpoint_metrics(
     counts = total(r.counts for r in runs)
     if stage is not None:
         counts = counts.fill(stage)
-    positions = counts.accepted_per_position
     row: dict[str, Any] = {
         "kind": "endpoint",
         "strategy": None,  # the server's own business
@@ -785,7 +766,7 @@ def endpoint_metrics(
             [t for r in runs if (t := r.reply.tpot_s) is not None],
             [g for r in runs for g in r.reply.chunk_gaps],
         ),
-        **speculation_metrics(counts.drafts, counts.draft_tokens, counts.accepted_tokens, positions),
+        **speculation_metrics(counts.counters),
         "speculation": ", ".join(counts.sources) if counts.reported else NOT_REPORTED,
     }
     if overall and runner.concurrency > 1:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from specli import __version__
 from specli.bench.prompts import BenchPrompt
+from specli.engine.counters import SpecCounters
 from specli.engine.events import Stats
 from specli.errors import UsageError
 from specli.wording import count
@@ -356,16 +357,17 @@ def _sum_by_position(rows: list[list[int]]) -> list[int]:
 def _total(stats: list[Stats]) -> Stats:
     """The counts and times of several runs added up (elapsed: bench keeps wall time apart)."""
     return Stats(
-        rounds=sum(s.rounds for s in stats),
+        drafts=sum(s.drafts for s in stats),
         drafted=sum(s.drafted for s in stats),
         accepted=sum(s.accepted for s in stats),
+        position_accepted=_sum_by_position([s.position_accepted for s in stats]),
+        rounds=sum(s.rounds for s in stats),
         rejections=sum(s.rejections for s in stats),
         tokens=sum(s.tokens for s in stats),
         draft_time=sum(s.draft_time for s in stats),
         verify_time=sum(s.verify_time for s in stats),
         prefill_time=sum(s.prefill_time for s in stats),
         position_drafted=_sum_by_position([s.position_drafted for s in stats]),
-        position_accepted=_sum_by_position([s.position_accepted for s in stats]),
         position_judged=_sum_by_position([s.position_judged for s in stats]),
     )
 
@@ -409,12 +411,7 @@ def _strategy_metrics(strategy: str, runs: list[Measurement]) -> dict[str, Any]:
         ),
         **{
             key: value  # acceptance_rate is there already (the same figure; 0.0 when nothing was drafted)
-            for key, value in speculation_metrics(
-                every.position_drafted[0] if every.position_drafted else 0,
-                every.drafted,
-                every.accepted,
-                every.position_accepted,
-            ).items()
+            for key, value in speculation_metrics(every).items()
             if key != "acceptance_rate"
         },
     }
@@ -446,27 +443,20 @@ def latency_metrics(
     }
 
 
-def speculation_metrics(
-    drafts: int | None,
-    draft_tokens: int | None,
-    accepted: int | None,
-    accepted_per_position: Sequence[int] | None,
-) -> dict[str, Any]:
-    """The speculation figures `vllm bench serve` prints, from its counters (None where a count is not
-    known or its denominator is 0): drafts (rounds that drafted), draft tokens, accepted tokens,
-    acceptance rate = accepted / draft tokens, acceptance length = 1 + accepted / drafts (tokens per
-    round, bonus included), per-position acceptance rate = accepted at position i / drafts."""
-    per_position = list(accepted_per_position) if accepted_per_position is not None else None
+def speculation_metrics(counters: SpecCounters) -> dict[str, Any]:
+    """The speculation figures `vllm bench serve` prints, under its names, from the counters (a local
+    run's `Stats` or what a server reported; None where a count is not known or its denominator is 0):
+    drafts (rounds that drafted), draft tokens, accepted tokens, and the counters' acceptance rate,
+    acceptance length and per-position acceptance rate (engine/counters.py)."""
+    c = counters
     return {
-        "drafts": drafts,
-        "draft_tokens": draft_tokens,
-        "accepted_tokens": accepted,
-        "acceptance_rate": accepted / draft_tokens if accepted is not None and draft_tokens else None,
-        "acceptance_length": 1 + accepted / drafts if accepted is not None and drafts else None,
-        "accepted_per_position": per_position,
-        "per_position_acceptance_rate": (
-            [n / drafts for n in per_position] if per_position is not None and drafts else None
-        ),
+        "drafts": c.drafts,
+        "draft_tokens": c.drafted,
+        "accepted_tokens": c.accepted,
+        "acceptance_rate": c.acceptance_rate,  # a local row's is Stats' (0.0 when nothing was drafted)
+        "acceptance_length": c.acceptance_length,
+        "accepted_per_position": list(c.position_accepted) if c.position_accepted is not None else None,
+        "per_position_acceptance_rate": c.per_position_acceptance_rate,
     }
 
 

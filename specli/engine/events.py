@@ -1,10 +1,11 @@
 """What the engine tells the world: one `Round` per verify step, and `Stats` accumulated from rounds.
 
-Words follow docs/design.md §4: drafted, accepted, rejected, correction, bonus. Metrics (all in `Stats`):
-acceptance rate = accepted / drafted (vLLM's and llama.cpp's figure); accept_prob α = accepted /
-(accepted + rejections), the probability that a draft the target judged is kept (drafts after a
-rejection are never judged); mean acceptance length τ = committed tokens / rounds; and the analytic
-E(α, k) = (1 − α^(k+1)) / (1 − α), τ's expectation when each judged draft is kept with probability α.
+Words follow docs/design.md §4: drafted, accepted, rejected, correction, bonus. Metrics (all in `Stats`;
+vLLM's through the `SpecCounters` it builds on, engine/counters.py): acceptance rate = accepted / drafted
+(vLLM's and llama.cpp's figure); accept_prob α = accepted / (accepted + rejections), the probability that
+a draft the target judged is kept (drafts after a rejection are never judged); mean acceptance length
+τ = committed tokens / rounds; and the analytic E(α, k) = (1 − α^(k+1)) / (1 − α), τ's expectation when
+each judged draft is kept with probability α.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
+
+from specli.engine.counters import SpecCounters
 
 if TYPE_CHECKING:  # events stay importable without torch
     from specli.engine.verify import Verdict
@@ -156,16 +159,23 @@ def expected_acceptance_length(alpha: float, k: int) -> float:
 
 
 @dataclass
-class Stats:
-    """Running totals over rounds; `observe` each round as it arrives.
+class Stats(SpecCounters):
+    """Running totals over rounds; `observe` each round as it arrives. Builds on the speculation
+    counters (`SpecCounters`: drafts, drafted, accepted, position_accepted, and their rates, the same
+    for a server's counters), which the engine always knows, so they start at 0; adds what only the
+    engine sees.
 
     rejections: rounds that ended in a correction after at least one drafted token; each judged exactly
     one draft and refused it, so accepted + rejections is the number of drafts the target judged.
+    position_drafted[i]: rounds that drafted position i (so position_drafted[0] = drafts);
+    position_judged[i]: rounds whose drafts before position i were all kept.
     """
 
-    rounds: int = 0
+    drafts: int = 0
     drafted: int = 0
     accepted: int = 0
+    position_accepted: list[int] = field(default_factory=list)
+    rounds: int = 0
     rejections: int = 0
     tokens: int = 0
     draft_time: float = 0.0
@@ -174,14 +184,12 @@ class Stats:
     elapsed: float = 0.0
     stop_reason: StopReason | None = None
     position_drafted: list[int] = field(default_factory=list)
-    position_accepted: list[int] = field(default_factory=list)
-    position_judged: list[int] = field(default_factory=list)  # rounds whose drafts before i were all kept
+    position_judged: list[int] = field(default_factory=list)
 
     def observe(self, r: Round) -> None:
         self.rounds += 1
         kept = min(r.accepted, len(r.committed))  # drafts a stop (EOS, stop string) cut off were not kept
-        self.drafted += len(r.drafted)
-        self.accepted += kept
+        self.observe_draft(len(r.drafted), kept)
         self.rejections += int(r.accepted < len(r.drafted))  # a correction after >= 1 judged draft
         self.tokens += len(r.committed)
         self.draft_time += r.draft_time
@@ -192,18 +200,15 @@ class Stats:
         grow = len(r.drafted) - len(self.position_drafted)
         if grow > 0:
             self.position_drafted += [0] * grow
-            self.position_accepted += [0] * grow
             self.position_judged += [0] * grow
         for i in range(len(r.drafted)):
             self.position_drafted[i] += 1
-            self.position_accepted[i] += i < kept
             self.position_judged[i] += i <= r.accepted
 
     @property
     def acceptance_rate(self) -> float:
-        """accepted / drafted (0.0 when nothing was drafted), as vLLM and llama.cpp report it. It counts
-        the drafts after a rejection, which the target never judged, as failures: not α."""
-        return self.accepted / self.drafted if self.drafted else 0.0
+        """The counters' accepted / drafted, 0.0 when nothing was drafted. Not α."""
+        return super().acceptance_rate or 0.0
 
     @property
     def accept_prob(self) -> float:

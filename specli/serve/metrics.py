@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from specli.serve.report import Outcome, drafts
+from specli.serve.report import Outcome
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200, float("inf"))
 FINISH_REASONS = ("stop", "length", "abort", "error")
@@ -95,7 +95,7 @@ class Metrics:
 
     def observe(self, outcome: Outcome) -> None:
         stats = outcome.stats
-        self.drafts.inc(drafts(stats))
+        self.drafts.inc(stats.drafts)
         self.draft_tokens.inc(stats.drafted)
         self.accepted.inc(stats.accepted)
         for position, kept in enumerate(stats.position_accepted):

@@ -18,7 +18,9 @@
 
 Per-position acceptance is accepted_per_position[i] / drafted_per_position[i] (specli's own
 definition) or accepted_per_position[i] / drafts (vLLM's). The `/metrics` counters are the sums of
-these objects over every request the server ran.
+these objects over every request the server ran. drafts, draft_tokens, accepted_tokens and
+accepted_per_position are the request's `Stats` counters (engine/counters.py's SpecCounters) under
+vLLM's names; bench --endpoint reads them back into the same type.
 """
 
 from __future__ import annotations
@@ -53,18 +55,13 @@ def finish_reason(stats: Stats) -> str:
     return "stop" if stats.stop_reason in (StopReason.EOS, StopReason.STOP_STRING) else "length"
 
 
-def drafts(stats: Stats) -> int:
-    """Rounds that drafted at least one token."""
-    return stats.position_drafted[0] if stats.position_drafted else 0
-
-
 def spec_decode(stats: Stats, strategy: str, k: int) -> dict[str, Any]:
     """The request's `spec_decode` object (see the module docstring)."""
     return {
         "strategy": strategy,
         "num_draft_tokens": 0 if strategy == "none" else k,
         "rounds": stats.rounds,
-        "drafts": drafts(stats),
+        "drafts": stats.drafts,
         "draft_tokens": stats.drafted,
         "accepted_tokens": stats.accepted,
         "accepted_per_position": list(stats.position_accepted),
