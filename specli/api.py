@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from specli.drafters.table import Strategy
+from specli.drafters.table import Model, Strategy, check_compile, entry
 from specli.errors import UsageError
 from specli.models import head_formats, loading, plan
 from specli.models.cached_lm import CachedLM
@@ -30,7 +30,7 @@ from specli.models.eagle_head import EagleHead
 from specli.models.layer_stack import check_architecture
 from specli.models.placement import Placement
 from specli.models.plan import ModelToLoad
-from specli.pair import Pair, check_compile_strategy
+from specli.pair import Pair
 from specli.presets import Preset, resolve_preset
 from specli.settings import check_strategy, preset_speculation
 from specli.threads import AUTO, BusyProbe, apply_threads
@@ -118,7 +118,7 @@ def load(
     wanted = _sources(spec, target=target, draft=draft, strategy=strategy, dtype=dtype, quant=quant)
     if compile:
         for name in wanted.strategies:  # before any weights load
-            check_compile_strategy(name)
+            check_compile(name)
     dev = loading.resolve_device(device)
     probe = BusyProbe()  # what other processes use while we load decides threads="auto"
     fetcher = _Fetcher(allow_pickle, trust_remote_code, download_bars)
@@ -204,25 +204,25 @@ def _sources(
             strategy or (spec.strategy if spec else Strategy.DRAFT if draft_source else Strategy.NONE)
         ]
     strategies = tuple(dict.fromkeys(check_strategy(s) for s in strategy))
+    needs = {entry(s).model: s for s in reversed(strategies)}  # the weights each first strategy drafts with
     head = None
-    if Strategy.EAGLE in strategies:
+    if Model.HEAD in needs:
         preset_head = spec.eagle_head if spec and not draft else None
         head_source = draft or (preset_head.model if preset_head else None)
         if head_source is None:
             raise UsageError(
-                "strategy 'eagle' needs an EAGLE head.",
+                f"strategy '{needs[Model.HEAD]}' needs an EAGLE head.",
                 "Pass --draft HEAD (a folder, hub id or embedded:NAME, e.g. embedded:tiny-eagle3).",
             )
         head = ModelToLoad(head_source, dtype=dtype or (preset_head.dtype if preset_head else "auto"))
-        if draft:  # --draft named the head, so the preset's drafter model is the draft strategy's
-            draft_source = (
-                spec.draft.model if spec and spec.draft and spec.strategy != Strategy.EAGLE else None
-            )
-    if Strategy.DRAFT not in strategies:
+        if draft:  # --draft named the head, so the preset's drafter model (not a head) is the drafter's
+            drafter = spec.draft if spec and entry(spec.strategy).model != Model.HEAD else None
+            draft_source = drafter.model if drafter else None
+    if Model.DRAFT not in needs:
         draft_source = None
     elif draft_source is None:
         raise UsageError(
-            "strategy 'draft' needs a drafter model.",
+            f"strategy '{needs[Model.DRAFT]}' needs a drafter model.",
             "Pass --draft MODEL, or use --strategy none for plain decoding.",
         )
     preset_target = spec.target if spec and not target else None
@@ -268,14 +268,16 @@ class _Fetcher:
 
 def _fetch_and_check(wanted: _Wanted, fetcher: _Fetcher) -> tuple[list[ModelToLoad], Any, ModelToLoad | None]:
     """Configs and tokenizers only, so every check runs before any weights are downloaded: the target's
-    architecture for 'self', one tokenizer shared by target and drafter, an EAGLE head's shapes against
-    the target's. Returns the models with their folders, the tokenizer and the head with its folder."""
+    architecture for a strategy drafting with its own layers ('self'), one tokenizer shared by target and
+    drafter, an EAGLE head's shapes against the target's. Returns the models with their folders, the
+    tokenizer and the head with its folder."""
     target = replace(wanted.models[0], folder=fetcher.folder(wanted.models[0]))
     head_formats.refuse_head_as_model(target.folder, target.name, "target")  # it has no tokenizer
     tokenizer = fetcher.tokenizer(target)
     target_config = loading.read_config(target.folder) or {}
-    if Strategy.SELF in wanted.strategies:  # refuse an unsupported architecture before any weights load
-        check_architecture(str(target_config.get("model_type", "?")), Strategy.SELF)
+    for strategy in wanted.strategies:  # refuse an unsupported architecture before any weights load
+        if entry(strategy).target_layers:
+            check_architecture(str(target_config.get("model_type", "?")), strategy)
     models = [target]
     for model in wanted.models[1:]:
         draft = replace(model, folder=fetcher.folder(model))
@@ -350,10 +352,12 @@ class _Later:
     dtype: str | None  # load's dtype argument (None: the preset's)
     progress: bool
 
-    def load_drafter(self, pair: Pair) -> bool:
-        """Load the preset's drafter into `pair`; False when the preset names none."""
-        eagle = self.spec.strategy == Strategy.EAGLE
-        named = self.spec.draft if not eagle else None  # an eagle preset's is a head
+    def load(self, pair: Pair, model: Model) -> bool:
+        """Load the preset's drafter model or EAGLE head into `pair`; False when the preset names none."""
+        return self._load_drafter(pair) if model == Model.DRAFT else self._load_head(pair)
+
+    def _load_drafter(self, pair: Pair) -> bool:
+        named = self.spec.draft if entry(self.spec.strategy).model != Model.HEAD else None  # else a head
         if named is None:
             return False
         model = ModelToLoad(named.model, dtype=self.dtype or named.dtype, quant=named.quantization)
@@ -368,8 +372,7 @@ class _Later:
             pair.attach(model.name, draft_model=_model_weights(model, device, self.fetcher, device=device))
         return True
 
-    def load_head(self, pair: Pair) -> bool:
-        """Load the preset's EAGLE head into `pair`; False when the preset names none."""
+    def _load_head(self, pair: Pair) -> bool:
         named = self.spec.eagle_head
         if named is None:
             return False

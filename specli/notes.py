@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from specli.drafters.table import Strategy
+from specli.drafters.table import Model, entry
 
 if TYPE_CHECKING:
     from specli.settings import Settings
@@ -27,14 +27,11 @@ def generation_notes(
     """The notes for one generation. `pair` is the loaded `Pair` (strategy, draft_max_positions);
     `strategy_given` the strategy the user named (None: they named none, so 'none' was a fallback)."""
     notes = []
-    if settings.strategy == Strategy.NONE and strategy_given is None:
+    own = entry(settings.strategy)
+    if not own.drafts and strategy_given is None:
         notes.append("no drafter given: plain decoding (pass --draft MODEL or --strategy lookup)")
     limit = getattr(pair, "draft_max_positions", None)
-    if (
-        settings.strategy == Strategy.DRAFT
-        and limit is not None
-        and prompt_length + settings.max_new_tokens > limit
-    ):
+    if own.model == Model.DRAFT and limit is not None and prompt_length + settings.max_new_tokens > limit:
         notes.append(
             f"the drafter's context is {limit} tokens; it drafts from the most recent {drafter_window(limit)}"
         )

@@ -10,25 +10,17 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from specli.drafters.draft_model import (
-    PARALLEL_K_DEFAULT,
-    DraftModelDrafter,
-    parallel_draft_tokens,
-    parallel_mask_token,
-)
-from specli.drafters.eagle import EagleDrafter
-from specli.drafters.prompt_lookup import PromptLookupDrafter
-from specli.drafters.self_speculative import SelfSpeculativeDrafter
-from specli.drafters.table import Strategy
+from specli.drafters.draft_model import PARALLEL_K_DEFAULT, parallel_draft_tokens
+from specli.drafters.table import Model, Strategy, check_compile, entry
 from specli.engine.drafter import Drafter, ReadsTargetFeatures
 from specli.engine.events import Round, Stats
 from specli.engine.loop import EngineConfig, generate_rounds
 from specli.engine.stopping import StopCriteria
 from specli.errors import UsageError
 from specli.models import loading
-from specli.models.cached_lm import CachedLM, check_sliding_rollback, synchronize
+from specli.models.cached_lm import CachedLM, synchronize
 from specli.models.eagle_head import EagleHead
-from specli.models.layer_stack import LayerStack, check_layer_stack
+from specli.models.layer_stack import check_layer_stack
 from specli.models.own_forward.decoder import LeanDecoder
 from specli.models.own_forward.head import LeanHead
 from specli.models.placement import Placement
@@ -39,13 +31,22 @@ from specli.text import IncrementalDecoder
 
 
 class LoadsLater(Protocol):
-    """What `specli.load` leaves on a pair (`Pair.later`): it loads the drafter model or EAGLE head the
-    pair's preset names, the first time a generation asks for a strategy that needs it, and hands it to
-    `Pair.attach`. Each returns False when the preset names none."""
+    """What `specli.load` leaves on a pair (`Pair.later`): `load(pair, model)` loads the drafter model or
+    EAGLE head the pair's preset names, the first time a generation asks for a strategy that drafts with
+    it, and hands it to `Pair.attach`; False when the preset names none."""
 
-    def load_drafter(self, pair: Pair) -> bool: ...
+    def load(self, pair: Pair, model: Model) -> bool: ...
 
-    def load_head(self, pair: Pair) -> bool: ...
+
+# A strategy's weights a pair lacks: what they are, and the load that gives them.
+_MISSING = {
+    Model.DRAFT: ("a drafter model", "Load the pair with specli.load(..., draft=MODEL)."),
+    Model.HEAD: (
+        "an EAGLE head",
+        "Load the pair with specli.load(..., strategy='{strategy}', draft=HEAD) (a folder, hub id or "
+        "embedded:NAME).",
+    ),
+}
 
 
 @dataclass
@@ -145,9 +146,10 @@ class Pair:
         lean: bool = True,
     ) -> None:
         self.strategy = check_strategy(strategy)
-        if strategy == Strategy.DRAFT and draft_model is None:
+        own = entry(self.strategy)
+        if own.model == Model.DRAFT and draft_model is None:
             raise UsageError(
-                "strategy 'draft' needs a drafter model.",
+                f"strategy '{self.strategy}' needs a drafter model.",
                 "Pass --draft MODEL, or use --strategy none for plain decoding.",
             )
         self.target_model = target_model
@@ -165,10 +167,10 @@ class Pair:
         self.lean = lean  # drafters step through specli's own forwards where they can (docs/design.md §13)
         self._lean_steps: dict[int, tuple[Any, str | None]] = {}  # id(model or head) -> (lean step, why not)
         if compile:
-            check_compile_strategy(self.strategy)
-        if strategy == Strategy.SELF:
-            check_layer_stack(target_model)
-        self.num_layers = _self_speculation_layers(target_model)  # None: 'self' cannot drive it
+            check_compile(self.strategy)
+        if own.target_layers:
+            check_layer_stack(target_model, self.strategy)
+        self.num_layers = _stack_layers(target_model)  # None: no strategy can draft with its own layers
         self.eos_ids = loading.eos_token_ids(target_model, tokenizer)
         self.max_positions = loading.model_max_positions(target_model)
         self.draft_max_positions = loading.model_max_positions(draft_model) if draft_model else None
@@ -225,18 +227,19 @@ class Pair:
         return self._checked(settings_from(self.generation, self.speculation, self.strategy, **overrides))
 
     def _checked(self, settings: Settings) -> Settings:
-        """What only the loaded models can tell: a drafter model for 'draft'; for 'self', a supported
-        target and an exit layer inside it. Fills exit_layer whenever the target can self-speculate."""
+        """What only the loaded models can tell: the weights the strategy drafts with (the strategy
+        table's `model`); for one drafting with the target's own layers ('self'), a supported target and
+        an exit layer inside it. Fills exit_layer whenever the target can self-speculate."""
         self._load_missing(settings.strategy)
         if self.compile:
-            check_compile_strategy(settings.strategy)
+            check_compile(settings.strategy)
         self._check_draft_length(settings)
         layers = self.num_layers
         if settings.exit_layer is None and layers is not None:
             settings = settings.replace(exit_layer=default_exit_layer(layers))
-        if settings.strategy == Strategy.SELF:
+        if entry(settings.strategy).target_layers:
             if layers is None:
-                check_layer_stack(self.target_model)  # raises, naming the architecture
+                check_layer_stack(self.target_model, settings.strategy)  # raises, naming the architecture
             if not 1 <= settings.exit_layer < layers:
                 raise UsageError(
                     f"exit layer {settings.exit_layer} is out of range for '{self.target_name}' "
@@ -246,21 +249,27 @@ class Pair:
         return settings
 
     def _load_missing(self, strategy: str) -> None:
-        """The drafter ('draft') or EAGLE head ('eagle') `strategy` needs and the pair lacks: loaded now,
-        once, when the pair's preset names it (`later`, which hands it to `attach`); else UsageError
-        naming the load that gives it."""
-        later = self.later
-        if strategy == Strategy.DRAFT and self.draft is None and not (later and later.load_drafter(self)):
-            raise UsageError(
-                "strategy 'draft' needs a drafter model, and this pair's preset names none.",
-                "Load the pair with specli.load(..., draft=MODEL).",
-            )
-        if strategy == Strategy.EAGLE and self.head is None and not (later and later.load_head(self)):
-            raise UsageError(
-                "strategy 'eagle' needs an EAGLE head, and this pair's preset names none.",
-                "Load the pair with specli.load(..., strategy='eagle', draft=HEAD) (a folder, hub id or "
-                "embedded:NAME).",
-            )
+        """The weights `strategy` drafts with (a drafter model, an EAGLE head) when the pair lacks them:
+        loaded now, once, when the pair's preset names them (`later`, which hands them to `attach`); else
+        UsageError naming the load that gives them."""
+        model = entry(strategy).model
+        if model is None or self._weights(model) is not None:
+            return
+        if self.later is not None and self.later.load(self, model):
+            return
+        what, hint = _MISSING[model]
+        raise UsageError(
+            f"strategy '{strategy}' needs {what}, and this pair's preset names none.",
+            hint.format(strategy=strategy),
+        )
+
+    def _weights(self, model: Model | None) -> Any | None:
+        """The pair's drafter model or EAGLE head (None when it has none, or for model None)."""
+        if model == Model.DRAFT:
+            return self.draft_model
+        if model == Model.HEAD:
+            return self.head
+        return None
 
     def attach(self, name: str, *, draft_model: Any = None, head: EagleHead | None = None) -> None:
         """Add a drafter model or an EAGLE head (exactly one; it replaces the pair's own) to the loaded
@@ -280,10 +289,11 @@ class Pair:
     def _check_draft_length(self, settings: Settings) -> None:
         """UsageError when k cannot fit a model's context: a round verifies the last token + k drafts after
         at least one prompt token, so k <= context - 2 (the engine caps each round by what is left)."""
-        if settings.strategy == Strategy.NONE:
+        own = entry(settings.strategy)
+        if not own.drafts:
             return
         limits = [(self.max_positions, self.target_name)]
-        if settings.strategy == Strategy.DRAFT:
+        if own.model == Model.DRAFT:
             limits.append((self.draft_max_positions, self.draft_name))
         for limit, name in limits:
             if limit is not None and settings.num_draft_tokens > limit - 2:
@@ -301,28 +311,9 @@ class Pair:
         return self._checked(settings.replace(**changes) if changes else settings)
 
     def _drafter(self, settings: Settings, length: int) -> Drafter | None:
-        """The strategy's drafter for a generation that can reach `length` tokens (None: plain)."""
-        if settings.strategy == Strategy.NONE:
-            return None
-        if settings.strategy == Strategy.LOOKUP:
-            return PromptLookupDrafter(settings.ngram_min, settings.ngram_max)
-        if settings.strategy == Strategy.SELF:
-            check_sliding_rollback(self.target, f"'{self.target_name}' (strategy self)", length)
-            stack = LayerStack(self.target_model)
-            return SelfSpeculativeDrafter(stack, settings.exit_layer, p_min=settings.draft_p_min)
-        if settings.strategy == Strategy.EAGLE:
-            lean = self.lean_step(self.head)[0]
-            return EagleDrafter(self.head, self.target_model, p_min=settings.draft_p_min, lean=lean)
-        lean = self.lean_step(self.draft_model)[0]
-        if lean is None:
-            check_sliding_rollback(self.draft, f"the drafter '{self.draft_name}'", length)
-        return DraftModelDrafter(
-            lean or self.draft,
-            self.target.vocab_size,
-            self.draft_max_positions,
-            mask_token=parallel_mask_token(self.draft_model.config),
-            p_min=settings.draft_p_min,
-        )
+        """The strategy's drafter for a generation that can reach `length` tokens, built by its file in
+        the strategy table (None: plain decoding)."""
+        return entry(settings.strategy).build(self, settings, length)
 
     def lean_step(self, model: Any) -> tuple[LeanDecoder | LeanHead | None, str | None]:
         """(specli's lean forward of the draft model or EAGLE head, None), built once per model, or
@@ -340,29 +331,23 @@ class Pair:
         """How `strategy`'s drafter steps (default: the pair's own): "lean" (specli's own forward),
         "compiled", or "transformers (why)" (the model's forward); None for strategies without a drafter
         model or head."""
-        strategy = strategy or self.strategy
-        model = (
-            self.head
-            if strategy == Strategy.EAGLE
-            else self.draft_model
-            if strategy == Strategy.DRAFT
-            else None
-        )
+        kind = entry(strategy or self.strategy).model
+        model = self._weights(kind)
         if model is None:
             return None
         lean, why = self.lean_step(model)
         if lean is not None:
             return "lean"
-        return "compiled" if self.compile and strategy == Strategy.DRAFT else f"transformers ({why})"
+        return "compiled" if self.compile and kind == Model.DRAFT else f"transformers ({why})"
 
     def parallel_draft_tokens(self, strategy: str | None = None) -> int | None:
         """The k `strategy`'s drafter (default: the pair's own) was made for when it drafts in parallel
         (PARD: its recorded K or 8; P-EAGLE: its speculators speculative_tokens or 8); None for an
         autoregressive one and for strategies without a drafter model or head."""
-        strategy = strategy or self.strategy
-        if strategy == Strategy.EAGLE and self.head is not None and self.head.config.parallel:
+        kind = entry(strategy or self.strategy).model
+        if kind == Model.HEAD and self.head is not None and self.head.config.parallel:
             return self.head.config.extra.get("speculative_tokens") or PARALLEL_K_DEFAULT
-        if strategy == Strategy.DRAFT and self.draft_model is not None:
+        if kind == Model.DRAFT and self.draft_model is not None:
             return parallel_draft_tokens(self.draft_model.config)
         return None
 
@@ -456,9 +441,9 @@ class Pair:
         if not self.compile:
             return 0
         k = settings.num_draft_tokens
-        verify = range(1, 2) if settings.strategy == Strategy.NONE else range(1, k + 2)
+        verify = range(1, 2) if drafter is None else range(1, k + 2)
         ran = self.target.warm_up(verify, features=isinstance(drafter, ReadsTargetFeatures))
-        if isinstance(drafter, DraftModelDrafter) and drafter.lm is self.draft:  # not a lean step
+        if drafter is not None and self.drafter_step(settings.strategy) == "compiled":  # not a lean step
             ran += self.draft.warm_up(range(1, k + 2), last_only=not drafter.parallel)
         return ran
 
@@ -516,20 +501,6 @@ class Pair:
         return Result(self.decode(tokens), tokens, ids, stats, rounds)
 
 
-COMPILE_STRATEGIES = (Strategy.NONE, Strategy.DRAFT, Strategy.LOOKUP, Strategy.EAGLE)
-
-
-def check_compile_strategy(strategy: str) -> None:
-    """UsageError for a strategy --compile cannot run: 'self' drives the target's layers a slice at a
-    time (layer_stack.py) with masks and positions of its own, outside the compiled forward."""
-    if strategy not in COMPILE_STRATEGIES:
-        raise UsageError(
-            f"--compile does not support strategy '{strategy}': it runs the target's layers a slice at a "
-            "time, outside the compiled forward.",
-            f"Use --strategy {', '.join(COMPILE_STRATEGIES[1:])} or none with --compile, or drop --compile.",
-        )
-
-
 def _cached_lm(model: Any, name: str, max_positions: int | None, compile: bool) -> CachedLM:
     """The model driven one forward at a time: over dynamic caches, or (compile) over one static cache
     of min(context + 1, STATIC_DEFAULT_LENGTH) positions to start, grown when a generation needs more,
@@ -543,8 +514,9 @@ def _cached_lm(model: Any, name: str, max_positions: int | None, compile: bool) 
     return CachedLM(model, static_length=length, compile=True)
 
 
-def _self_speculation_layers(model: Any) -> int | None:
-    """The target's decoder layers when self-speculation can drive it, else None."""
+def _stack_layers(model: Any) -> int | None:
+    """The target's decoder layers when a strategy can draft with its first ones (layer_stack.py), else
+    None."""
     try:
         check_layer_stack(model)
     except UsageError:

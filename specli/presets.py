@@ -31,7 +31,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from specli.drafters.table import Strategy
+from specli.drafters.table import Model, Strategy, choices, entry, strategy_names
 from specli.errors import PresetError
 
 PRESET_SUFFIXES = (".yaml", ".yml")
@@ -120,7 +120,7 @@ class Preset(_Spec):
 
     name: str = Field(min_length=1)
     description: str = ""
-    strategy: str = Strategy.DRAFT.value  # a Strategy's name (`_known_strategy`)
+    strategy: str = Strategy.DRAFT.value  # a name in the strategy table (`_known_strategy`)
     target: ModelSpec
     draft: ModelSpec | None = None
     head: ModelSpec | None = None  # an EAGLE head for `--strategy eagle` when the preset drafts otherwise
@@ -138,37 +138,34 @@ class Preset(_Spec):
     @field_validator("strategy")
     @classmethod
     def _known_strategy(cls, value: str) -> str:
-        """A strategy's plain name; else pydantic's own words for a choice ("Input should be ...")."""
-        names = [s.value for s in Strategy]
-        if value not in names:
-            quoted = [f"'{name}'" for name in names]
-            raise PydanticCustomError(
-                "strategy",
-                "Input should be {choices}",
-                {"choices": ", ".join(quoted[:-1]) + " or " + quoted[-1]},
-            )
+        """A name in the strategy table; else pydantic's own words for a choice ("Input should be ...")."""
+        if value not in strategy_names():
+            raise PydanticCustomError("strategy", "Input should be {choices}", {"choices": choices()})
         return value  # pydantic gives a plain str, even for a Strategy member
 
     @model_validator(mode="after")
     def _draft_needs_model(self) -> Preset:
-        if self.strategy == Strategy.DRAFT and self.draft is None:
+        """The weights the strategy drafts with (the strategy table's `model`) are named."""
+        needs = entry(self.strategy).model
+        if needs == Model.DRAFT and self.draft is None:
             raise PydanticCustomError(
                 "draft_required",
-                "strategy 'draft' needs a `draft:` model (or pick strategy lookup, self or none)",
-                {"field": "strategy"},
+                "strategy '{strategy}' needs a `draft:` model (or pick strategy lookup, self or none)",
+                {"field": "strategy", "strategy": self.strategy},
             )
-        if self.strategy == Strategy.EAGLE and self.draft is None and self.head is None:
+        if needs == Model.HEAD and self.draft is None and self.head is None:
             raise PydanticCustomError(
                 "head_required",
-                "strategy 'eagle' needs an EAGLE head as `draft:` (or `head:`)",
-                {"field": "strategy"},
+                "strategy '{strategy}' needs an EAGLE head as `draft:` (or `head:`)",
+                {"field": "strategy", "strategy": self.strategy},
             )
         return self
 
     @property
     def eagle_head(self) -> ModelSpec | None:
-        """The EAGLE head `--strategy eagle` uses: `head:`, else the drafter of an eagle preset."""
-        return self.head or (self.draft if self.strategy == Strategy.EAGLE else None)
+        """The EAGLE head `--strategy eagle` uses: `head:`, else the drafter of a preset whose strategy
+        drafts with a head (eagle)."""
+        return self.head or (self.draft if entry(self.strategy).model == Model.HEAD else None)
 
 
 # --------------------------------------------------------------------------- loading

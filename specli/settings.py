@@ -11,7 +11,6 @@ No torch here: the CLI resolves settings before anything heavy is imported, so a
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,21 +18,17 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from specli.drafters.table import Strategy
+from specli.drafters.table import Strategy, check_strategy, entry, strategy_names
 from specli.errors import UsageError
 from specli.presets import MAX_DRAFT_TOKENS, GenerationSpec, Preset, SpeculationSpec
 
 if TYPE_CHECKING:
     from specli.engine.sampling import SamplingConfig
 
-STRATEGIES: tuple[str, ...] = tuple(s.value for s in Strategy)
+STRATEGIES: tuple[str, ...] = strategy_names()  # the shipped ones (check_strategy reads the table itself)
 GENERATION_FIELDS = ("max_new_tokens", "temperature", "top_k", "top_p")
 SPECULATION_FIELDS = ("num_draft_tokens", "fixed_k", "draft_p_min", "ngram_min", "ngram_max", "exit_layer")
 _RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than_equal", "finite_number"}
-# lookup's most drafts per round where neither the caller nor a lookup preset names k: its drafts cost
-# nothing but verify width, and the per-round controller drafts less where they stop paying
-# (docs/strategies.md).
-LOOKUP_DRAFT_TOKENS = 16
 
 # What a value out of its range means, per field, in the words of the command line (option names).
 _RANGE_MESSAGES: dict[str, Callable[[Any], str]] = {
@@ -47,15 +42,6 @@ _RANGE_MESSAGES: dict[str, Callable[[Any], str]] = {
     "exit_layer": lambda v: f"exit-layer must be at least 1 (got {v}).",
     "draft_p_min": lambda v: f"draft-p-min must be in [0, 1] (got {v}); 0 turns it off.",
 }
-
-
-def check_strategy(strategy: str) -> str:
-    """A strategy as its plain name, or a UsageError listing them (with the nearest for a typo: 'eagel')."""
-    if isinstance(strategy, str) and strategy in STRATEGIES:
-        return str(strategy)
-    close = difflib.get_close_matches(str(strategy), STRATEGIES, n=1)
-    guess = f" Did you mean '{close[0]}'?" if close else ""
-    raise UsageError(f"unknown strategy '{strategy}'.{guess}", f"Use one of: {', '.join(STRATEGIES)}.")
 
 
 def default_exit_layer(num_layers: int) -> int:
@@ -144,20 +130,22 @@ def resolve_settings(preset: Preset | None = None, **overrides: Any) -> Settings
 
 
 def preset_speculation(preset: Preset) -> SpeculationSpec:
-    """The preset's speculation, its num_draft_tokens counting as named for lookup only when the preset
-    itself drafts by lookup: a k picked for a drafter model stays for the model strategies, unnamed (and
-    so LOOKUP_DRAFT_TOKENS) for lookup."""
+    """The preset's speculation, its num_draft_tokens counting as named for a strategy with a k of its
+    own (the table's default_k: lookup's LOOKUP_DRAFT_TOKENS) only when the preset itself runs one: a k
+    picked for a drafter model stays for the model strategies, unnamed (and so that strategy's own) for
+    lookup."""
     spec = preset.speculation
-    if preset.strategy == Strategy.LOOKUP or "num_draft_tokens" not in spec.model_fields_set:
+    if entry(preset.strategy).default_k is not None or "num_draft_tokens" not in spec.model_fields_set:
         return spec
     return SpeculationSpec.model_construct(spec.model_fields_set - {"num_draft_tokens"}, **dict(spec))
 
 
 def draft_tokens(speculation: SpeculationSpec, strategy: str) -> int:
-    """The most a round drafts under `strategy`: the speculation's num_draft_tokens, but for lookup
-    LOOKUP_DRAFT_TOKENS unless the speculation names one."""
-    if strategy == Strategy.LOOKUP and "num_draft_tokens" not in speculation.model_fields_set:
-        return LOOKUP_DRAFT_TOKENS
+    """The most a round drafts under `strategy`: the speculation's num_draft_tokens, but the strategy's
+    own k (the table's default_k: lookup's LOOKUP_DRAFT_TOKENS) unless the speculation names one."""
+    own = entry(strategy).default_k
+    if own is not None and "num_draft_tokens" not in speculation.model_fields_set:
+        return own
     return speculation.num_draft_tokens
 
 

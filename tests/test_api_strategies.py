@@ -77,3 +77,23 @@ def test_without_a_preset_the_error_names_the_load_call():
     none = specli.load(target="embedded:tiny-target", strategy="none", device="cpu")
     with pytest.raises(UsageError, match=r"specli\.load\(\.\.\., draft=MODEL\)"):
         none.generate(PROMPT, strategy="draft", max_new_tokens=4)
+
+
+def test_the_lazy_loader_hands_what_it_loaded_to_pair_attach(monkeypatch):
+    """Catches the lazy loader (api._Later) setting a pair's fields itself instead of asking the pair
+    (issue 29): every drafter model and head it loads reaches the pair through `Pair.attach`."""
+    from specli.pair import Pair
+
+    attached: list[tuple[str, str]] = []
+    real = Pair.attach
+
+    def spy(self, name, **given):
+        attached.append((name, *given))
+        real(self, name, **given)
+
+    monkeypatch.setattr(Pair, "attach", spy)
+    specli.load(device="cpu").generate(PROMPT, strategy="eagle", max_new_tokens=2)
+    specli.load(device="cpu", strategy="eagle").generate(PROMPT, strategy="draft", max_new_tokens=2)
+    assert attached == [("embedded:tiny-eagle3", "head"), ("embedded:tiny-draft", "draft_model")]
+    with pytest.raises(TypeError, match="exactly one"):
+        real(specli.load(device="cpu", strategy="none"), "x")

@@ -19,11 +19,11 @@ from conftest import make_model, save_model
 from typer.testing import CliRunner
 
 import specli
-from specli.pair import Pair
 from specli.cli import app
 from specli.errors import UsageError
 from specli.models.cached_lm import CachedLM
 from specli.models.static_cache import StaticKV, capacity_for, static_cache_problem
+from specli.pair import Pair
 
 PROMPTS = ["def fibonacci(n):", "import os\nfor i in range(10):\n    print("]
 N = 21  # tokens per generation

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 import specli
-from specli.pair import Pair
 from specli.models import loading
 from specli.models.cached_lm import CachedLM
 from specli.models.head_formats import load_head
+from specli.pair import Pair
 
 pytestmark = [
     pytest.mark.gpu,

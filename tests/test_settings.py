@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 import specli.api
 import specli.bench.run
 import specli.models.loading
-from specli.pair import Pair
 from specli.cli import app
 from specli.errors import UsageError
+from specli.pair import Pair
 from specli.presets import GenerationSpec, ModelSpec, Preset, SpeculationSpec
 from specli.settings import STRATEGIES, Settings, default_exit_layer, resolve_settings
 

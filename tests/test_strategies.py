@@ -9,7 +9,6 @@ import torch
 from conftest import OLD_SLIDING_CACHE, make_model
 from test_lossless_sampling import V, exact_joint, g_test_pvalue
 
-from specli.pair import Pair
 from specli.drafters.prompt_lookup import PromptLookupDrafter
 from specli.drafters.self_speculative import SelfSpeculativeDrafter
 from specli.engine.loop import EngineConfig, generate_rounds
@@ -18,6 +17,7 @@ from specli.engine.stopping import StopCriteria
 from specli.errors import SpecliError, UsageError
 from specli.models.cached_lm import CachedLM
 from specli.models.layer_stack import LayerStack
+from specli.pair import Pair
 
 # --------------------------------------------------------------------------- greedy identity
 

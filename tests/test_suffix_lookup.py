@@ -10,13 +10,14 @@ import torch
 from conftest import make_model, save_model
 
 import specli
-from specli.pair import Pair
 from specli.drafters.prompt_lookup import PromptLookupDrafter
 from specli.drafters.suffix_index import SuffixIndex
+from specli.drafters.table import LOOKUP_DRAFT_TOKENS
 from specli.engine.sampling import SamplingConfig
+from specli.pair import Pair
 from specli.presets import ModelSpec, Preset, SpeculationSpec, resolve_preset
 from specli.render.explain import ExplainView
-from specli.settings import LOOKUP_DRAFT_TOKENS, resolve_settings
+from specli.settings import resolve_settings
 
 # --------------------------------------------------------------------------- brute force
 

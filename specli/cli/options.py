@@ -15,9 +15,10 @@ from typing import Annotated, Any
 import typer
 
 from specli.cli.prompt_input import check_text
-from specli.drafters.table import Strategy
-from specli.errors import ModelNotFoundError, SpecliError, UsageError
-from specli.models.model_dirs import EMBEDDED_PREFIX, config_max_positions, embedded_model, read_config
+from specli.drafters.table import Model, Strategy, described, entry
+from specli.errors import SpecliError, UsageError
+from specli.models import sources
+from specli.models.model_dirs import config_max_positions
 from specli.presets import Preset, resolve_preset
 from specli.settings import Settings, check_strategy, resolve_settings
 from specli.threads import AUTO, parse_threads
@@ -74,11 +75,7 @@ DraftOpt = Annotated[
 ]
 StrategyOpt = Annotated[
     str | None,
-    typer.Option(
-        help="draft (a drafter model), lookup (n-grams of prompt + output), self (the target's first "
-        "layers draft), eagle (an EAGLE head on the target's hidden states) or none (plain decoding). "
-        "Default: the preset's."
-    ),
+    typer.Option(help=f"{described()}. Default: the preset's."),
 ]
 ExitLayerOpt = Annotated[
     int | None,
@@ -275,9 +272,10 @@ def check_before_loading(models: ModelOptions, options: GenerationOptions | None
     strategies = _strategies(models, preset)
     target = models.target or (preset.target.model if preset else None)
     preset_draft = preset.draft.model if preset and preset.draft else None
-    head = models.draft if Strategy.EAGLE in strategies else None  # with eagle, --draft names the head
+    needs = {entry(strategy).model for strategy in strategies}
+    head = models.draft if Model.HEAD in needs else None  # with eagle, --draft names the head
     drafter = preset_draft if head else models.draft or preset_draft
-    for name, used in ((target, True), (head, True), (drafter, Strategy.DRAFT in strategies)):
+    for name, used in ((target, True), (head, True), (drafter, Model.DRAFT in needs)):
         if name is not None and used:
             local_model_folder(name)
     if options.num_draft_tokens is not None or models.draft is None:  # else a parallel drafter picks its k
@@ -299,23 +297,19 @@ def check_device_dtype_quant(device: str, dtype: str | None, quant: str | None) 
 
 def local_model_folder(name: str) -> Path | None:
     """The folder a model name points to on this machine (embedded:NAME or an existing folder), None for
-    a hub id; ModelNotFoundError for an embedded name, a path or a file that is no model folder (the
-    rule `loading.resolve_source` applies)."""
-    if name.startswith(EMBEDDED_PREFIX):
-        return embedded_model(name[len(EMBEDDED_PREFIX) :])
-    path = Path(os.path.expanduser(name))
-    if path.is_dir():
-        return path
-    if path.exists():
-        raise ModelNotFoundError(
-            f"'{name}' is a file, not a model folder",
-            "pass the folder that holds config.json and the weights",
-        )
-    if os.path.isabs(name) or name.startswith((".", "~")) or name.count(os.sep) > 1 or "\\" in name:
-        raise ModelNotFoundError(
-            f"model folder '{name}' does not exist", "check the path, or pass a hub id like 'org/name'"
-        )
-    return None
+    a hub id or a GGUF; ModelNotFoundError / UsageError for what `sources.classify` refuses (an unknown
+    embedded or Ollama name, a path that is nothing, a file that is no model) and for a GGUF here that
+    is damaged, cut short or one part of a split model (its header is read: milliseconds)."""
+    source = sources.classify(name)
+    if source.is_gguf:
+        sources.local_config(source)  # reads the header, which says what is wrong with the file
+    return source.path if source.kind in ("embedded", "folder") else None
+
+
+def local_model_config(name: str) -> dict[str, Any] | None:
+    """What this machine knows of a model's config without torch: a folder's config.json, a local
+    GGUF's header (`sources.local_config`); None for a hub id."""
+    return sources.local_config(sources.classify(name))
 
 
 def _preset(models: ModelOptions) -> Preset | None:
@@ -338,12 +332,12 @@ def _strategies(models: ModelOptions, preset: Preset | None) -> list[str]:
 def _check_context(k: int, strategy: str, target: str | None, draft: str | None) -> None:
     """-k against the context of each local model the strategy verifies or drafts with (Pair's own check:
     a round verifies the last token and k drafts after at least one prompt token, so k <= context - 2)."""
-    if strategy == Strategy.NONE:
+    own = entry(strategy)
+    if not own.drafts:
         return
-    names = [target] + ([draft] if strategy == Strategy.DRAFT else [])
+    names = [target] + ([draft] if own.model == Model.DRAFT else [])
     for name in names:
-        folder = local_model_folder(name) if name else None
-        config = read_config(folder) if folder is not None else None
+        config = local_model_config(name) if name else None
         limit = config_max_positions(config) if config is not None else None
         if limit is not None and k > limit - 2:
             raise UsageError(

@@ -15,7 +15,7 @@ from rich.console import Console
 
 from specli.cli.common import quiet_transformers, stderr_console
 from specli.cli.options import GenerationOptions, ModelOptions, check_before_loading
-from specli.drafters.table import Strategy
+from specli.drafters.table import entry
 from specli.render.progress import loading_progress
 from specli.settings import Settings
 from specli.threads import parse_threads
@@ -157,7 +157,7 @@ def compile_stage(
 def compile_what(pair: Pair, settings: Settings) -> str:
     """What --compile builds for these settings: "the target's plain steps" (strategy none), else "the
     target's verifies of 1..k+1 tokens", and the draft model's steps when they run compiled (not lean)."""
-    if settings.strategy == Strategy.NONE:
+    if not entry(settings.strategy).drafts:
         return "the target's plain steps"
     what = f"the target's verifies of 1..{settings.num_draft_tokens + 1} tokens"
     if pair.drafter_step(settings.strategy) == "compiled":

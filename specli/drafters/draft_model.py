@@ -8,13 +8,17 @@ cut from the cache, so it only ever holds committed tokens.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from specli.engine.drafter import Drafts, Proposal
 from specli.engine.sampling import SamplingConfig
-from specli.models.cached_lm import CachedLM
+from specli.models.cached_lm import CachedLM, check_sliding_rollback
+
+if TYPE_CHECKING:
+    from specli.pair import Pair
+    from specli.settings import Settings
 
 MASK_TOKEN_KEYS = ("pard_token", "ptd_token_id")  # config keys naming a parallel drafter's mask token
 PARALLEL_K_KEY = "para_num"  # the drafts per forward a parallel drafter was trained for, when recorded
@@ -170,3 +174,19 @@ class DraftModelDrafter:
             self._pending = drafted[kept:] + [token]
         self._drafted = self._drafted[:0]
         self._fed = None
+
+
+def build(pair: Pair, settings: Settings, length: int) -> DraftModelDrafter:
+    """Strategy draft's drafter (the strategy table's factory) for a generation on `pair` that can reach
+    `length` tokens: the pair's drafter model, stepping through its lean forward where one reproduces it
+    (else its own, which a sliding window must be able to rewind over `length`)."""
+    lean = pair.lean_step(pair.draft_model)[0]
+    if lean is None:
+        check_sliding_rollback(pair.draft, f"the drafter '{pair.draft_name}'", length)
+    return DraftModelDrafter(
+        lean or pair.draft,
+        pair.target.vocab_size,
+        pair.draft_max_positions,
+        mask_token=parallel_mask_token(pair.draft_model.config),
+        p_min=settings.draft_p_min,
+    )

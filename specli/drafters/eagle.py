@@ -22,7 +22,7 @@ target added).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -31,6 +31,10 @@ from specli.engine.sampling import SamplingConfig
 from specli.models.eagle_head import EagleHead, HeadCache
 from specli.models.own_forward.core import LeanKV
 from specli.models.own_forward.head import LeanHead
+
+if TYPE_CHECKING:
+    from specli.pair import Pair
+    from specli.settings import Settings
 
 
 class EagleDrafter:
@@ -184,3 +188,11 @@ class EagleDrafter:
             next_tokens = self._drafted[:accepted] + [token]
             self._queue(self._verified[: accepted + 1], next_tokens)
         self._verified, self._drafted = None, []
+
+
+def build(pair: Pair, settings: Settings, length: int) -> EagleDrafter:
+    """Strategy eagle's drafter (the strategy table's factory): the pair's EAGLE head beside the target,
+    stepping through its lean forward unless lean steps are off. `length` does not matter: the head's
+    cache grows as it needs."""
+    lean = pair.lean_step(pair.head)[0]
+    return EagleDrafter(pair.head, pair.target_model, p_min=settings.draft_p_min, lean=lean)

@@ -14,13 +14,17 @@ rejected draft needs no rewind.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from specli.drafters.suffix_index import Continuation, SuffixIndex
 from specli.engine.drafter import Proposal
 from specli.engine.sampling import SamplingConfig
+
+if TYPE_CHECKING:
+    from specli.pair import Pair
+    from specli.settings import Settings
 
 
 def draft_info(drafted: list[Continuation], context_length: int) -> dict[str, Any]:
@@ -74,3 +78,9 @@ class PromptLookupDrafter:
         self._index.extend(self._drafted[:accepted] + [token])
         self.draft_state = "copying" if self._drafted and accepted == len(self._drafted) else "searching"
         self._drafted = []
+
+
+def build(pair: Pair, settings: Settings, length: int) -> PromptLookupDrafter:
+    """Strategy lookup's drafter (the strategy table's factory): an index of prompt + output with the
+    settings' n-gram orders; it needs nothing of the pair."""
+    return PromptLookupDrafter(settings.ngram_min, settings.ngram_max)

@@ -14,11 +14,18 @@ verification starts from that instead (a round with no draft at all runs pending
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from specli.engine.drafter import Drafts, Proposal
 from specli.engine.sampling import SamplingConfig
+from specli.models.cached_lm import check_sliding_rollback
 from specli.models.layer_stack import LayerStack
+
+if TYPE_CHECKING:
+    from specli.pair import Pair
+    from specli.settings import Settings
 
 
 class SelfSpeculativeDrafter:
@@ -82,3 +89,11 @@ class SelfSpeculativeDrafter:
         self._length += accepted + 1
         self._pending = token
         self._hidden = []
+
+
+def build(pair: Pair, settings: Settings, length: int) -> SelfSpeculativeDrafter:
+    """Strategy self's drafter (the strategy table's factory): the target's first settings.exit_layer
+    layers, in the target's own cache (whose sliding window, if any, must rewind over `length`)."""
+    check_sliding_rollback(pair.target, f"'{pair.target_name}' (strategy self)", length)
+    stack = LayerStack(pair.target_model)
+    return SelfSpeculativeDrafter(stack, settings.exit_layer, p_min=settings.draft_p_min)

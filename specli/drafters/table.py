@@ -1,11 +1,29 @@
-"""The strategies: `Strategy` names the shipped ones.
+"""The strategies: `Strategy` names the shipped ones, `STRATEGY_TABLE` says what each one is, from its
+name to the file that builds its drafter and its capabilities (what it needs loaded, whether --compile
+runs it, its own k). Dispatch, validation and every "does this strategy need ..." question read the
+table, so adding a strategy is one drafter file and one line here (`tests/test_strategy_table.py`
+shows it).
 
-No torch here: the CLI and the preset schema check strategy names before anything heavy is imported.
+No torch here: the CLI and the preset schema check strategy names before anything heavy is imported; a
+strategy's file is imported only when a pair builds its drafter (`Entry.build`).
 """
 
 from __future__ import annotations
 
+import difflib
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import Enum
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from specli.errors import UsageError
+
+if TYPE_CHECKING:
+    from specli.engine.drafter import Drafter
+    from specli.pair import Pair
+    from specli.settings import Settings
 
 
 class Strategy(str, Enum):
@@ -20,3 +38,119 @@ class Strategy(str, Enum):
 
     def __str__(self) -> str:  # and so format(): f"{Strategy.DRAFT}" is "draft", not "Strategy.DRAFT"
         return self.value
+
+
+class Model(str, Enum):
+    """The weights a strategy drafts with, beside the target's."""
+
+    DRAFT = "drafter model"  # a small model sharing the target's tokenizer (load's `draft=`)
+    HEAD = "EAGLE head"  # an EAGLE head reading the target's hidden states (load's `draft=` with eagle)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# lookup's most drafts per round where neither the caller nor a lookup preset names k: its drafts cost
+# nothing but verify width, and the per-round controller drafts less where they stop paying
+# (docs/strategies.md).
+LOOKUP_DRAFT_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One strategy. `module` is the file that drafts for it, imported when a pair first builds that
+    drafter: it defines `build(pair, settings, length) -> Drafter` (a generation that can reach `length`
+    tokens; UsageError when the loaded models cannot run it); None is plain decoding (no drafter).
+
+    `about` says in a few words what drafts (the --strategy help lists it).
+
+    Capabilities: `model`, the weights it drafts with (loaded by `specli.load`, or on first use from the
+    preset; None: no weights of its own); `target_layers`, it drafts with the target's own first layers
+    (the target needs a supported architecture, and an exit layer inside it); `no_compile`, why --compile
+    cannot run it (None: it can); `default_k`, the most it drafts per round when neither the caller nor a
+    preset of its own names k (None: the preset's num_draft_tokens)."""
+
+    module: str | None
+    about: str = ""
+    model: Model | None = None
+    target_layers: bool = False
+    no_compile: str | None = None
+    default_k: int | None = None
+
+    @property
+    def drafts(self) -> bool:
+        """Whether the strategy drafts at all ('none' is plain decoding)."""
+        return self.module is not None
+
+    def build(self, pair: Pair, settings: Settings, length: int) -> Drafter | None:
+        """The strategy's drafter for one generation on `pair` (None: plain decoding)."""
+        if self.module is None:
+            return None
+        return importlib.import_module(self.module).build(pair, settings, length)
+
+
+STRATEGY_TABLE: Mapping[str, Entry] = MappingProxyType(
+    {
+        Strategy.DRAFT: Entry("specli.drafters.draft_model", "a drafter model", model=Model.DRAFT),
+        Strategy.NONE: Entry(None, "plain decoding"),
+        Strategy.LOOKUP: Entry(
+            "specli.drafters.prompt_lookup", "n-grams of prompt + output", default_k=LOOKUP_DRAFT_TOKENS
+        ),
+        Strategy.SELF: Entry(
+            "specli.drafters.self_speculative",
+            "the target's first layers draft",
+            target_layers=True,
+            no_compile="it runs the target's layers a slice at a time, outside the compiled forward",
+        ),
+        Strategy.EAGLE: Entry(
+            "specli.drafters.eagle", "an EAGLE head on the target's hidden states", model=Model.HEAD
+        ),
+    }
+)
+
+
+def strategy_names() -> tuple[str, ...]:
+    """Every strategy the table knows, in its order, as plain names."""
+    return tuple(str(name) for name in STRATEGY_TABLE)
+
+
+def entry(strategy: str) -> Entry:
+    """The table's entry for `strategy` (checked: UsageError for a name it does not know)."""
+    return STRATEGY_TABLE[check_strategy(strategy)]
+
+
+def check_strategy(strategy: str) -> str:
+    """`strategy` as a plain name the table knows, or a UsageError listing them (with the nearest for a
+    typo: 'eagel')."""
+    names = strategy_names()
+    if isinstance(strategy, str) and strategy in names:
+        return str(strategy)
+    close = difflib.get_close_matches(str(strategy), names, n=1)
+    guess = f" Did you mean '{close[0]}'?" if close else ""
+    raise UsageError(f"unknown strategy '{strategy}'.{guess}", f"Use one of: {', '.join(names)}.")
+
+
+def choices() -> str:
+    """The table's strategies as a sentence: "'draft', 'none', 'lookup', 'self' or 'eagle'"."""
+    quoted = [f"'{name}'" for name in strategy_names()]
+    return ", ".join(quoted[:-1]) + " or " + quoted[-1] if len(quoted) > 1 else "".join(quoted)
+
+
+def described() -> str:
+    """Every strategy with its `about`, plain decoding last: "draft (a drafter model), ... or none (plain
+    decoding)" (the --strategy help)."""
+    names = sorted(strategy_names(), key=lambda name: not entry(name).drafts)
+    parts = [f"{name} ({entry(name).about})" if entry(name).about else name for name in names]
+    return ", ".join(parts[:-1]) + " or " + parts[-1] if len(parts) > 1 else "".join(parts)
+
+
+def check_compile(strategy: str) -> None:
+    """UsageError for a strategy --compile cannot run (its entry's `no_compile` says why)."""
+    why = entry(strategy).no_compile
+    if why is None:
+        return
+    runs = [name for name in strategy_names() if entry(name).drafts and entry(name).no_compile is None]
+    raise UsageError(
+        f"--compile does not support strategy '{strategy}': {why}.",
+        f"Use --strategy {', '.join(runs)} or none with --compile, or drop --compile.",
+    )
