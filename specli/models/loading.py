@@ -1,7 +1,10 @@
 """Where models come from and how they are put on a device.
 
-A model is named by a local folder or a hub id (`org/name`). Hub ids go through
-`huggingface_hub.snapshot_download`, which honours HF_TOKEN, HF_HOME / HF_HUB_CACHE and HF_HUB_OFFLINE.
+`resolve_source` turns every form of model name (`sources.classify`: a local folder, a hub id,
+embedded:NAME, a .gguf file or a folder holding one, org/name:FILE.gguf, ollama:NAME[:TAG]) into the
+one thing the rest of loading reads: a transformers model folder. A GGUF becomes the folder it is
+dequantized into, once (`gguf_cache`). Hub ids go through `huggingface_hub.snapshot_download` (a hub
+GGUF through `hf_hub_download`), which honours HF_TOKEN, HF_HOME / HF_HUB_CACHE and HF_HUB_OFFLINE.
 Only safetensors weights are fetched and loaded unless the user passes `--allow-pickle`, and remote code
 runs only with `--trust-remote-code`.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,18 +29,21 @@ from huggingface_hub.errors import (
     IncompleteSnapshotError,
     LocalEntryNotFoundError,
     OfflineModeIsEnabled,
+    RemoteEntryNotFoundError,
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
 from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
 
 from specli.errors import ModelLoadError, ModelNotFoundError, SpecliError, UsageError
+from specli.models import gguf_cache, sources
 from specli.models.model_dirs import EMBEDDED_PREFIX as EMBEDDED_PREFIX  # model_dirs: torch-free, re-exported
 from specli.models.model_dirs import config_max_positions
 from specli.models.model_dirs import embedded_dir as embedded_dir
 from specli.models.model_dirs import embedded_model as embedded_model
 from specli.models.model_dirs import embedded_names as embedded_names
 from specli.models.model_dirs import read_config as read_config
+from specli.models.sources import hub_cache_dir as hub_cache_dir  # torch-free, re-exported
 
 DEVICE_FORMS = "auto, cpu, cuda, cuda:N"
 DTYPES: dict[str, torch.dtype] = {
@@ -75,7 +82,6 @@ CODE_PATTERNS = ["*.py"]
 # Copies of the weights that transformers never reads (Meta/Mistral native checkpoints).
 HUB_IGNORE = ["original/*", "consolidated*"]
 
-_HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth")
 
 
@@ -140,10 +146,6 @@ def resolve_dtype(spec: str, device: torch.device, config: Any = None) -> torch.
 # --------------------------------------------------------------------------- model source
 
 
-def _looks_like_path(model: str) -> bool:
-    return os.path.isabs(model) or model.startswith((".", "~")) or model.count(os.sep) > 1 or "\\" in model
-
-
 def _env_true(name: str) -> bool:
     return os.environ.get(name, "").strip().upper() in {"1", "ON", "YES", "TRUE"}
 
@@ -151,19 +153,6 @@ def _env_true(name: str) -> bool:
 def hub_offline() -> bool:
     """Whether hub access is switched off, read now (so a variable set after import still counts)."""
     return constants.is_offline_mode() or _env_true("HF_HUB_OFFLINE") or _env_true("TRANSFORMERS_OFFLINE")
-
-
-def hub_cache_dir() -> str | None:
-    """The hub cache folder from the environment as it is now, with huggingface_hub's precedence.
-
-    None means "no variable set": huggingface_hub then uses its own default.
-    """
-    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        if os.environ.get(name):
-            return os.path.expandvars(os.path.expanduser(os.environ[name]))
-    if os.environ.get("HF_HOME"):
-        return os.path.join(os.path.expandvars(os.path.expanduser(os.environ["HF_HOME"])), "hub")
-    return None
 
 
 def _offline_variable() -> str:
@@ -211,13 +200,14 @@ def _status(err: BaseException) -> int | None:
 LOCAL_FOLDER = "or pass a local folder"
 
 
-def _hub_error(model: str, err: Exception, offline: bool) -> ModelLoadError:
-    """Translate a huggingface_hub failure into what happened and one thing to do about it.
+def _hub_error(model: str, err: Exception, offline: bool, repo: str | None = None) -> ModelLoadError:
+    """Translate a huggingface_hub failure into what happened and one thing to do about it (`repo`: the
+    repo of a hub file named `model`).
 
     Every hint ends with the other way out: a local folder. Hints never contradict the message: a model
     that is not in the cache is never told to use the cache.
     """
-    url = f"https://huggingface.co/{model}"
+    url = f"https://huggingface.co/{repo or model}"
     if isinstance(err, GatedRepoError):
         if _has_token():
             return ModelLoadError(
@@ -305,35 +295,33 @@ def resolve_source(
     trust_remote_code: bool = False,
     weights: bool = True,
     tqdm_class: Any = None,
+    dtype: str = "auto",
 ) -> Path:
-    """A local folder, or a hub id fetched into (or found in) the hub cache -> the folder to load from.
+    """Any model name (`sources.classify`) -> the transformers model folder to load from.
 
-    Only configs, tokenizer files, chat templates and safetensors weights are fetched; `allow_pickle` adds
-    `*.bin` weights and `trust_remote_code` adds the repo's `*.py` files. weights=False fetches everything
-    but the weights, so checks can run before gigabytes move; a second call with weights=True completes
-    the same snapshot folder. tqdm_class draws huggingface_hub's progress bars (default: its own).
+    A local folder or embedded:NAME is itself. A hub id is fetched into (or found in) the hub cache:
+    only configs, tokenizer files, chat templates and safetensors weights; `allow_pickle` adds `*.bin`
+    weights and `trust_remote_code` the repo's `*.py` files. A GGUF (a file, a folder holding one,
+    org/name:FILE.gguf, ollama:NAME[:TAG]) is its dequantized folder in specli's cache, converted on the
+    first weights=True call into safetensors of `dtype` (auto: float32; `gguf_cache`).
+
+    weights=False stops before the weights: a hub snapshot without them, a GGUF's config and tokenizer
+    (the dequantized folder if cached); checks run before gigabytes move, and a second call with
+    weights=True completes the same source. tqdm_class draws the download and dequantizing bars
+    (default: huggingface_hub's and transformers' own).
     """
-    if model.startswith(EMBEDDED_PREFIX):
-        return embedded_model(model[len(EMBEDDED_PREFIX) :])
-    expanded = Path(os.path.expanduser(model))
-    if expanded.is_dir():
-        check_model_folder(expanded, model)
-        return expanded
-    if expanded.exists():
-        raise ModelNotFoundError(
-            f"'{model}' is a file, not a model folder",
-            "pass the folder that holds config.json and the weights",
-        )
-    if _looks_like_path(model):
-        raise ModelNotFoundError(
-            f"model folder '{model}' does not exist", "check the path, or pass a hub id like 'org/name'"
-        )
-    if not _HUB_ID.fullmatch(model) or "--" in model or ".." in model:
-        raise UsageError(
-            f"'{model}' is neither a local folder nor a hub id",
-            "pass an existing folder or a hub id like 'Qwen/Qwen2.5-0.5B-Instruct'",
-        )
-
+    source = sources.classify(model)
+    if source.kind == "embedded":
+        return source.path  # type: ignore[return-value]
+    if source.kind == "folder":
+        assert source.path is not None
+        check_model_folder(source.path, model)
+        return source.path
+    if source.kind == "hub_gguf":
+        source = replace(source, path=_hub_file(source, tqdm_class))
+    if source.is_gguf:
+        assert source.path is not None
+        return gguf_cache.folder_for(source.path, model, weights=weights, dtype=dtype, tqdm_class=tqdm_class)
     patterns = (
         HUB_PATTERNS
         + (PICKLE_PATTERNS if allow_pickle else [])
@@ -363,6 +351,29 @@ def resolve_source(
     return Path(folder)
 
 
+def _hub_file(source: sources.Source, tqdm_class: Any = None) -> Path:
+    """A hub repo's GGUF file (org/name:FILE.gguf), downloaded into or found in the hub cache."""
+    assert source.repo is not None and source.filename is not None
+    offline = hub_offline()
+    bars = {"tqdm_class": tqdm_class} if tqdm_class is not None else {}
+    try:
+        path = huggingface_hub.hf_hub_download(  # looked up now: tests replace it
+            source.repo, source.filename, cache_dir=hub_cache_dir(), local_files_only=offline, **bars
+        )
+    except HFValidationError as err:
+        raise UsageError(
+            f"'{source.name}' is not a valid hub file ({err})", "name it as org/name:FILE.gguf"
+        ) from err
+    except RemoteEntryNotFoundError as err:
+        raise ModelNotFoundError(
+            f"the hub repo '{source.repo}' has no file '{source.filename}'",
+            f"see its files at https://huggingface.co/{source.repo}/tree/main",
+        ) from err
+    except Exception as err:
+        raise _hub_error(source.name, err, offline, repo=source.repo) from err
+    return Path(path)
+
+
 # --------------------------------------------------------------------------- checks and loading
 
 
@@ -378,12 +389,15 @@ def check_model_folder(folder: Path, name: str | None = None, *, hub: bool = Fal
     except OSError:
         inside = []
     if hub:
-        hint = "the repo holds no transformers model (GGUF is not read): pass a model's hub id or a folder"
+        hint = (
+            "the repo holds no transformers model: name a GGUF file in it as org/name:FILE.gguf, or pass "
+            "a model's hub id or a folder"
+        )
     elif inside:
         shown = ", ".join(str(Path(label) / n) for n in inside[:3]) + (" ..." if len(inside) > 3 else "")
         hint = f"model folders inside it: {shown}"
     else:
-        hint = "pass the folder that holds config.json and the weights, or a hub id like 'org/name'"
+        hint = "pass a folder with config.json and the weights, a .gguf file, or a hub id like 'org/name'"
     raise ModelNotFoundError(f"no model found in {label} (no config.json)", hint)
 
 
@@ -408,9 +422,12 @@ def check_weights(folder: Path, *, allow_pickle: bool) -> None:
 
 
 def load_tokenizer(folder: Path, *, trust_remote_code: bool = False, name: str | None = None):
-    """AutoTokenizer from a model folder; failures become ModelLoadError."""
+    """AutoTokenizer from a model folder (a converted GGUF's: the file's own tokenizer,
+    `gguf_cache.load_tokenizer`); failures become ModelLoadError."""
     label = name or str(folder)
     try:
+        if gguf_cache.is_converted(folder):  # the file's own tokenizer, not the model type's class
+            return gguf_cache.load_tokenizer(folder)
         return AutoTokenizer.from_pretrained(folder, trust_remote_code=bool(trust_remote_code))
     except Exception as err:
         check_model_folder(Path(folder), label)  # no config.json: say that, not the tokenizer's half sentence

@@ -11,7 +11,6 @@ LM head and a mixture's experts (3-D parameters, not linear modules) stay at the
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -19,7 +18,8 @@ from types import MappingProxyType
 from typing import Any
 
 from specli.errors import SpecliError
-from specli.models.model_dirs import EMBEDDED_PREFIX, config_max_positions, embedded_dir, read_config
+from specli.models import sources
+from specli.models.model_dirs import config_max_positions
 
 NF4_BITS = 4.127  # 4-bit weights + double-quantized absmax per block of 64
 WORKSPACE = 1.10  # activations, allocator slack, CUDA context: 10% on top
@@ -192,12 +192,12 @@ KNOWN_SHAPES: MappingProxyType[str, Shape] = MappingProxyType(
 
 
 def shape_of(model: str) -> Shape | None:
-    """The Shape of a model named by a preset: a local folder's config.json, a known hub id, or None."""
-    if model.startswith(EMBEDDED_PREFIX):
-        folder = embedded_dir() / model[len(EMBEDDED_PREFIX) :]
-    else:
-        folder = Path(os.path.expanduser(model))
-    config = read_config(folder)
+    """The Shape of a model named by a preset: a local folder's config.json, a GGUF's header (a local
+    file, a cached hub file, an Ollama model: its dequantized shape), a known hub id, or None."""
+    try:
+        config = sources.local_config(sources.classify(model))
+    except SpecliError:  # a name that is nothing here (or a damaged GGUF): no estimate
+        config = None
     if config is not None:
         try:
             return Shape.from_config(config)
