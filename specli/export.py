@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from specli.errors import UsageError
-from specli.models.model_dirs import EMBEDDED_PREFIX, embedded_model, read_config
+from specli.models import sources
+from specli.models.model_dirs import EMBEDDED_PREFIX
+from specli.models.sources import MASK_TOKEN_KEYS
 from specli.presets import ModelSpec, Preset, resolve_preset
 from specli.settings import Settings, check_strategy, resolve_settings
 
@@ -37,9 +39,6 @@ DEFAULT_PRESET = "tiny"  # what `specli.api.preset_for` picks when neither a pre
 DrafterKind = Literal["model", "pard", "eagle1", "eagle3", "peagle"]
 HEAD_KINDS = ("eagle1", "eagle3", "peagle")
 
-# Config keys naming a parallel drafter's mask token; the same keys as specli.drafters.draft_model's
-# MASK_TOKEN_KEYS and specli.models.head_formats (not imported: both import torch; tests check they agree).
-_MASK_KEYS = ("pard_token", "ptd_token_id")
 _PARALLEL_K_KEY, _PARALLEL_K_DEFAULT = "para_num", 8  # a PARD drafter's trained k (draft_model.py)
 
 # The hub drafters the shipped presets name, as the presets' notes and specli.models.memory.KNOWN_HEADS
@@ -70,13 +69,16 @@ CAN_RUN = {
 
 @dataclass(frozen=True)
 class Model:
-    """One model as the engines get it: `location` is a hub id or a folder's absolute path."""
+    """One model as the engines get it: `location` is a hub id, a folder's absolute path or a GGUF
+    file's path; `fetch`: the command that brings a hub GGUF file to that path first (empty when it is
+    here)."""
 
     name: str  # as the preset or the command line named it ("org/name", "./dir", "embedded:NAME")
     location: str
-    source: Literal["hub", "folder", "embedded"] = "hub"
+    source: Literal["hub", "folder", "embedded", "gguf"] = "hub"
     dtype: str = "auto"
     quantization: str = "none"
+    fetch: tuple[str, ...] = ()
 
     @property
     def embedded(self) -> bool:
@@ -85,6 +87,10 @@ class Model:
     @property
     def hub(self) -> bool:
         return self.source == "hub"
+
+    @property
+    def gguf(self) -> bool:
+        return self.source == "gguf"
 
 
 @dataclass(frozen=True)
@@ -158,57 +164,40 @@ def check_engine(engine: str) -> str:
     return name
 
 
-def _hub_cache_dir() -> Path | None:
-    """The hub cache folder as huggingface_hub finds it from the environment now (None: its default)."""
-    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        if os.environ.get(var):
-            return Path(os.path.expanduser(os.environ[var]))
-    if os.environ.get("HF_HOME"):
-        return Path(os.path.expanduser(os.environ["HF_HOME"])) / "hub"
-    return None
-
-
-def _cached_config(repo_id: str) -> dict[str, Any] | None:
-    """A hub model's config.json from the local hub cache, never the network; None when not cached."""
-    from huggingface_hub import try_to_load_from_cache
-
-    try:
-        path = try_to_load_from_cache(repo_id, "config.json", cache_dir=_hub_cache_dir())
-    except Exception:  # an id huggingface_hub refuses: not a hub model, nothing cached
-        return None
-    return read_config(Path(path).parent) if isinstance(path, str) else None
-
-
-def _looks_like_path(name: str) -> bool:
-    """A name that can only be a folder (as specli.models.loading tells paths from hub ids)."""
-    return os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or "\\" in name
-
-
 def locate(
     name: str, dtype: str = "auto", quantization: str = "none"
 ) -> tuple[Model, dict[str, Any] | None, str | None]:
-    """A model name -> (Model, its config.json or None, a note). embedded:NAME becomes its folder in this
-    install (unknown names raise UsageError); a local folder its absolute path (a path stays a path, never
-    a hub id); a path that is no folder here raises UsageError, one line; anything else is a hub id, its
-    config.json read from the hub cache when there."""
-    if name.startswith(EMBEDDED_PREFIX):
-        folder = embedded_model(name[len(EMBEDDED_PREFIX) :])
+    """A model name (`sources.classify`) -> (Model, its config.json or None, a note). embedded:NAME
+    becomes its folder in this install; a local folder its absolute path (a path stays a path, never a
+    hub id); a GGUF (a file, a folder holding one, ollama:NAME, org/name:FILE.gguf) the file's path, its
+    config read from the header (a hub file not cached yet: the path `hf download` puts it at, fetched
+    first); anything else is a hub id, its config.json read from the hub cache when there. A name that
+    is nothing here raises UsageError, one line."""
+    try:
+        source = sources.classify(name)
+        config = sources.local_config(source, hub_cache=True)
+    except UsageError as err:
+        raise UsageError(f"{err.message}: {err.hint}." if err.hint else err.message) from None
+    if source.kind == "embedded":
         note = (
-            f"{name} has no hub id: the command names its folder in this install ({folder}); "
+            f"{name} has no hub id: the command names its folder in this install ({source.path}); "
             "to serve on another machine, copy that folder there and use its path."
         )
-        return Model(name, str(folder), "embedded", dtype, quantization), read_config(folder), note
-    folder = Path(os.path.expanduser(name))
-    if folder.is_dir():
-        return Model(name, str(folder.resolve()), "folder", dtype, quantization), read_config(folder), None
-    if folder.exists():
-        raise UsageError(f"'{name}' is a file, not a model folder: pass the folder that holds config.json.")
-    if _looks_like_path(name):
-        raise UsageError(
-            f"model folder '{name}' does not exist: pass an existing folder, a hub id like org/name, "
-            "or embedded:NAME."
-        )
-    return Model(name, name, "hub", dtype, quantization), _cached_config(name), None
+        return Model(name, str(source.path), "embedded", dtype, quantization), config, note
+    if source.kind == "folder":
+        assert source.path is not None
+        return Model(name, str(source.path.resolve()), "folder", dtype, quantization), config, None
+    if source.is_gguf:
+        path = sources.local_gguf(source)
+        if path is not None:
+            where = Path(os.path.abspath(path))  # a hub snapshot's link keeps its .gguf name
+            return Model(name, str(where), "gguf", dtype, quantization), config, None
+        assert source.repo is not None and source.filename is not None
+        folder = source.repo.split("/")[-1]
+        fetch = ("hf", "download", source.repo, source.filename, "--local-dir", folder)
+        location = f"{folder}/{source.filename}"
+        return Model(name, location, "gguf", dtype, quantization, fetch), None, None
+    return Model(name, name, "hub", dtype, quantization), config, None
 
 
 def drafter_kind(config: Mapping[str, Any]) -> tuple[DrafterKind, str | None]:
@@ -216,7 +205,7 @@ def drafter_kind(config: Mapping[str, Any]) -> tuple[DrafterKind, str | None]:
     drafters.draft_model): a speculators head (eagle3 | peagle | eagle1), specli's EAGLE-1 layout, a
     SafeAILab head (a Llama config plus draft_vocab_size; P-EAGLE when it names a mask token), a PARD
     drafter (a model naming a mask token), else a plain autoregressive draft model."""
-    masked = any(type(config.get(key)) is int for key in _MASK_KEYS)  # an id, not a bool
+    masked = any(type(config.get(key)) is int for key in MASK_TOKEN_KEYS)  # an id, not a bool
     speculators = config.get("speculators_model_type")
     if speculators is not None:
         if speculators not in ("eagle3", "peagle", "eagle1"):  # the types head_formats reads
@@ -236,6 +225,8 @@ def _kind_of(model: Model, config: dict | None, strategy: str) -> tuple[DrafterK
     strategy (an EAGLE-3 head for eagle, an autoregressive model for draft) with a note saying so."""
     if config is not None:
         return (*drafter_kind(config), None)
+    if model.gguf:  # a GGUF is a whole language model: an autoregressive drafter
+        return "model", None, None
     if model.name in KNOWN_DRAFTERS:
         return (*KNOWN_DRAFTERS[model.name], None)
     assumed: DrafterKind = "eagle3" if strategy == "eagle" else "model"
@@ -383,6 +374,11 @@ def _p_min_notes(engine: str, pair: ExportPair) -> list[str]:
 def _bnb_notes(engine: str, pair: ExportPair) -> list[str]:
     """vLLM and SGLang quantize a checkpoint in flight to 4-bit nf4 only; nothing quantizes a drafter."""
     notes = []
+    if pair.target.gguf and pair.target.quantization != "none":
+        return [
+            f"{pair.target.quantization} target (--quant / the preset): {pair.target.name} is a GGUF file, "
+            f"which {engine} serves in its own quantization: nothing is quantized in flight."
+        ]
     if pair.target.quantization == "8bit":
         notes.append(
             f"8-bit target (--quant / the preset): {engine}'s in-flight bitsandbytes quantization is 4-bit "
@@ -394,6 +390,27 @@ def _bnb_notes(engine: str, pair: ExportPair) -> list[str]:
             "(it quantizes the target only): the drafter runs unquantized."
         )
     return notes
+
+
+def _fetches(pair: ExportPair) -> tuple[tuple[str, ...], ...]:
+    """The downloads of hub GGUF files the command reads from local paths (target, then drafter)."""
+    return tuple(m.fetch for m in (pair.target, pair.drafter) if m is not None and m.fetch)
+
+
+def _gguf_notes(engine: str, pair: ExportPair) -> list[str]:
+    """What a GGUF target or drafter means to vLLM and SGLang (their docs: vLLM reads single-file GGUF,
+    in recent versions through the vllm-gguf-plugin package, and recommends the original model's
+    tokenizer; SGLang loads a GGUF with --load-format gguf)."""
+    names = [m.name for m in (pair.target, pair.drafter) if m is not None and m.gguf]
+    if not names:
+        return []
+    what = ", ".join(names) + (" is a GGUF file" if len(names) == 1 else " are GGUF files")
+    if engine == "vllm":
+        return [
+            f"{what}: vLLM reads single-file GGUF (recent versions need `pip install vllm-gguf-plugin`) "
+            "and recommends --tokenizer with the original model's hub id over the file's own tokenizer."
+        ]
+    return [f"{what}: SGLang loads GGUF weights with --load-format gguf (the target gets it here)."]
 
 
 def _host_port(options: ServeOptions) -> list[str]:
@@ -453,12 +470,13 @@ def export_vllm(pair: ExportPair, options: ServeOptions) -> Export:
         argv += ["--tensor-parallel-size", str(options.tp)]
     if options.pp is not None:
         argv += ["--pipeline-parallel-size", str(options.pp)]
-    if pair.target.quantization != "none":
+    if pair.target.quantization != "none" and not pair.target.gguf:
         argv += ["--quantization", "bitsandbytes"]
     if pair.target.dtype != "auto":
         argv += ["--dtype", pair.target.dtype]
     argv += _host_port(options)
     notes = [*pair.notes, *_k_notes("vllm", pair), *_p_min_notes("vllm", pair), *_bnb_notes("vllm", pair)]
+    notes += _gguf_notes("vllm", pair)
     if pair.layout == "specli":
         notes.append(
             f"{_drafter(pair).name} is in specli's own EAGLE-1 layout (specli_head_type), which vLLM's "
@@ -473,7 +491,7 @@ def export_vllm(pair: ExportPair, options: ServeOptions) -> Export:
         )
     if pair.strategy == "none":
         notes.append("strategy none: plain decoding, no --speculative-config (a baseline to compare with).")
-    return Export("vllm", tuple(argv), notes=tuple(notes), speculative_config=config)
+    return Export("vllm", tuple(argv), _fetches(pair), tuple(notes), config)
 
 
 # --------------------------------------------------------------------------- SGLang
@@ -526,7 +544,9 @@ def export_sglang(pair: ExportPair, options: ServeOptions) -> Export:
         argv += ["--tp-size", str(options.tp)]
     if options.pp is not None:
         argv += ["--pp-size", str(options.pp)]
-    if pair.target.quantization != "none":
+    if pair.target.gguf:  # detected from a .gguf path; said outright for an Ollama blob (no suffix)
+        argv += ["--load-format", "gguf"]
+    elif pair.target.quantization != "none":
         # In-flight nf4 needs the bitsandbytes loader, which only --load-format picks
         # (model_loader/loader.py: BitsAndBytesModelLoader; configs/load_config.py).
         argv += ["--quantization", "bitsandbytes", "--load-format", "bitsandbytes"]
@@ -534,7 +554,8 @@ def export_sglang(pair: ExportPair, options: ServeOptions) -> Export:
         argv += ["--dtype", pair.target.dtype]
     argv += _host_port(options)
     notes += [*_k_notes("sglang", pair), *_p_min_notes("sglang", pair), *_bnb_notes("sglang", pair)]
-    return Export("sglang", tuple(argv), notes=tuple(notes))
+    notes += _gguf_notes("sglang", pair)
+    return Export("sglang", tuple(argv), _fetches(pair), tuple(notes))
 
 
 # --------------------------------------------------------------------------- llama.cpp
@@ -548,6 +569,8 @@ def _stem(model: Model) -> str:
     """A file-name stem for a model: embedded:NAME -> NAME, org/name -> name, a folder -> its name."""
     if model.embedded:
         return model.name[len(EMBEDDED_PREFIX) :]
+    if model.gguf:
+        return Path(model.location).stem or "model"
     return Path(model.location.rstrip("/\\")).name or "model"
 
 
@@ -555,6 +578,8 @@ def _gguf_steps(model: Model, stem: str, target_dir: str | None = None) -> tuple
     """The steps that make a GGUF file of a model -> (steps, the GGUF file): download a hub model
     (`hf download REPO --local-dir DIR`), convert the folder (convert_hf_to_gguf.py MODEL --outfile
     --outtype, and --target-model-dir for an EAGLE-3 head: conversion/llama.py), quantize a 4-bit one."""
+    if model.gguf:  # llama.cpp's own format: served as it is
+        return [model.fetch] if model.fetch else [], model.location
     steps: list[tuple[str, ...]] = []
     folder = stem if model.hub else model.location
     if model.hub:
@@ -630,28 +655,35 @@ def export_llama_cpp(pair: ExportPair, options: ServeOptions) -> Export:
         notes.append(note)
     argv += _host_port(options)
     notes += _k_notes("llama.cpp", pair)
-    notes += _llama_notes(pair, options)
+    notes += _llama_notes(pair, options, converts=any("convert_hf_to_gguf.py" in step for step in steps))
     return Export("llama.cpp", tuple(argv), tuple(steps), tuple(notes))
 
 
-def _llama_notes(pair: ExportPair, options: ServeOptions) -> list[str]:
+def _llama_notes(pair: ExportPair, options: ServeOptions, converts: bool = True) -> list[str]:
     notes = []
     if options.tp is not None or options.pp is not None:
         notes.append(
             "--tp/--pp: no counterpart in llama.cpp; llama-server splits a model over the GPUs it sees "
             "(--split-mode layer|row|tensor) and over machines through rpc-server (--rpc HOST:PORT,...)."
         )
-    notes.append(
-        "run the steps in llama.cpp's source folder (convert_hf_to_gguf.py, with "
-        "pip install -r requirements/requirements-convert_hf_to_gguf.txt); llama-server and "
-        "llama-quantize come with a llama.cpp build."
-    )
-    if pair.target.quantization == "4bit":
+    if converts:
+        notes.append(
+            "run the steps in llama.cpp's source folder (convert_hf_to_gguf.py, with "
+            "pip install -r requirements/requirements-convert_hf_to_gguf.txt); llama-server and "
+            "llama-quantize come with a llama.cpp build."
+        )
+    if pair.target.gguf:
+        if pair.target.quantization != "none":
+            notes.append(
+                f"{pair.target.quantization} target (--quant / the preset): {pair.target.name} is already a "
+                "GGUF file, served in its own quantization."
+            )
+    elif pair.target.quantization == "4bit":
         notes.append(
             f"4-bit target (--quant / the preset): llama.cpp quantizes to its own {_Q4}, not bitsandbytes "
             "nf4; output matches that GGUF target, not specli's 4-bit one."
         )
-    if pair.target.quantization == "8bit":
+    elif pair.target.quantization == "8bit":
         notes.append(
             "8-bit target (--quant / the preset): llama.cpp's Q8_0 is not bitsandbytes LLM.int8; output "
             "matches the Q8_0 target."

@@ -595,8 +595,9 @@ def test_kinds_agree_with_the_loaders():
 
     from specli.drafters.draft_model import MASK_TOKEN_KEYS, parallel_mask_token
     from specli.models.head_formats import config_from_dict, detect_layout
+    from specli.models.sources import MASK_TOKEN_KEYS as SOURCE_KEYS
 
-    assert set(MASK_TOKEN_KEYS) == set(ex._MASK_KEYS)
+    assert set(MASK_TOKEN_KEYS) == set(SOURCE_KEYS)
     seen = set()
     for folder in sorted(p for p in EMBEDDED.iterdir() if (p / "config.json").is_file()):
         data = json.loads((folder / "config.json").read_text())
@@ -697,3 +698,61 @@ def test_export_imports_no_torch():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("vllm serve meta-llama/Llama-3.1-8B-Instruct")
+
+
+# --------------------------------------------------------------------------- GGUF models
+
+
+@pytest.fixture(scope="module")
+def gguf_target(tmp_path_factory, tokenizer) -> Path:
+    from conftest import make_model
+    from gguf_files import write_gguf
+
+    path = tmp_path_factory.mktemp("gguf") / "tiny.Q8_0.gguf"
+    return write_gguf(path, make_model("llama", len(tokenizer), seed=1), tokenizer, quantize="Q8_0")
+
+
+def test_a_gguf_target_is_served_as_the_file_by_every_engine(gguf_target, tmp_path, monkeypatch):
+    """llama.cpp reads the file itself (no conversion steps, no convert note); vLLM and SGLang get its
+    path (SGLang with --load-format gguf, neither an in-flight bitsandbytes flag); an Ollama name is its
+    blob; a draft GGUF is a draft model. Caught: a GGUF run through convert_hf_to_gguf.py, --quant 4bit
+    turned into --quantization bitsandbytes for a file already quantized, the blob's missing .gguf
+    suffix leaving SGLang to guess its format."""
+    from gguf_files import ollama_store
+
+    where = str(gguf_target.absolute())
+    args, steps = parse_llama(ex.export("llama.cpp", ex.resolve_pair(target=str(gguf_target), quant="4bit")))
+    llama = ex.export("llama.cpp", ex.resolve_pair(target=str(gguf_target), quant="4bit"))
+    assert args.model == where and steps == [] and not any("convert_hf_to_gguf" in n for n in llama.notes)
+    assert any("already a GGUF file" in n for n in llama.notes)
+    vllm = ex.export("vllm", ex.resolve_pair(target=str(gguf_target), quant="4bit"))
+    parsed = strict(vllm_parser(), vllm.argv[2:])
+    assert parsed.model == where and parsed.quantization is None
+    assert any("vllm-gguf-plugin" in n for n in vllm.notes) and any(
+        "own quantization" in n for n in vllm.notes
+    )
+    store = ollama_store(tmp_path / "ollama", gguf_target, name="tiny")
+    monkeypatch.setenv("OLLAMA_MODELS", str(store))
+    sglang = ex.export("sglang", ex.resolve_pair(target="ollama:tiny"))
+    parsed = strict(sglang_parser(), sglang.argv[3:])
+    assert parsed.model_path.startswith(str(store / "blobs" / "sha256-")) and parsed.load_format == "gguf"
+    pair = ex.resolve_pair(target=str(gguf_target), draft="ollama:tiny", strategy="draft")
+    assert pair.kind == "model" and pair.drafter.location == parsed.model_path
+
+
+def test_a_hub_gguf_not_cached_yet_is_downloaded_first(gguf_target, tmp_path):
+    """org/name:FILE.gguf: the command downloads the file (hf download REPO FILE --local-dir DIR) and
+    serves the local copy; once cached, the cached file itself. Caught: the repo:file name handed to an
+    engine that reads no such form, the download step left out."""
+    from gguf_files import hub_cache
+
+    result = ex.export("llama.cpp", ex.resolve_pair(target="acme/tiny-GGUF:tiny.Q8_0.gguf"))
+    args, steps = parse_llama(result)
+    ((tool, download),) = steps
+    assert tool == "hf" and (download.repo_id, download.filenames) == ("acme/tiny-GGUF", ["tiny.Q8_0.gguf"])
+    assert args.model == f"{download.local_dir}/tiny.Q8_0.gguf"
+    vllm = ex.export("vllm", ex.resolve_pair(target="acme/tiny-GGUF:tiny.Q8_0.gguf"))
+    assert vllm.steps == result.steps and vllm.argv[2] == args.model
+    hub_cache(tmp_path / "hub-cache", "acme/tiny-GGUF", {"tiny.Q8_0.gguf": gguf_target})
+    cached = ex.export("llama.cpp", ex.resolve_pair(target="acme/tiny-GGUF:tiny.Q8_0.gguf"))
+    assert cached.steps == () and "snapshots" in cached.argv[2]
