@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from specli.drafters.draft_model import PARALLEL_K_DEFAULT, parallel_draft_tokens
 from specli.drafters.table import Model, Strategy, check_compile, entry
-from specli.engine.drafter import Drafter, ReadsTargetFeatures
+from specli.engine.drafter import Drafter
 from specli.engine.events import Round, Stats
 from specli.engine.loop import EngineConfig, generate_rounds
 from specli.engine.stopping import StopCriteria
@@ -442,7 +442,7 @@ class Pair:
             return 0
         k = settings.num_draft_tokens
         verify = range(1, 2) if drafter is None else range(1, k + 2)
-        ran = self.target.warm_up(verify, features=isinstance(drafter, ReadsTargetFeatures))
+        ran = self.target.warm_up(verify, features=drafter is not None and bool(drafter.feature_layers))
         if drafter is not None and self.drafter_step(settings.strategy) == "compiled":  # not a lean step
             ran += self.draft.warm_up(range(1, k + 2), last_only=not drafter.parallel)
         return ran

@@ -13,7 +13,7 @@ import pytest
 import torch
 from scipy.stats import power_divergence
 
-from specli.engine.drafter import Proposal
+from specli.engine.drafter import Drafter, Proposal
 from specli.engine.loop import EngineConfig, generate_rounds
 from specli.engine.sampling import SamplingConfig
 from specli.engine.stopping import StopCriteria
@@ -51,7 +51,7 @@ class FixedTarget:
         pass
 
 
-class FixedDrafter:
+class FixedDrafter(Drafter):
     """Drafts position i from Q[i] by inverting its CDF at a uniform from the engine's generator, so a
     verifier whose uniforms replay this stream judges each draft with the very number that drew it."""
 

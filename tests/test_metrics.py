@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from specli.engine.counters import SpecCounters
-from specli.engine.drafter import Proposal
+from specli.engine.drafter import Drafter, Proposal
 from specli.engine.events import Round, Stats, StopReason, TokenKind, expected_acceptance_length
 from specli.engine.loop import EngineConfig, generate_rounds
 from specli.engine.sampling import SamplingConfig
@@ -47,7 +47,7 @@ class SuccessorTarget:
         pass
 
 
-class BernoulliDrafter:
+class BernoulliDrafter(Drafter):
     """Proposes the target's argmax with probability alpha and another token otherwise, independently at
     every position (each draft continues its own chain, which is what the target judges next)."""
 

@@ -8,14 +8,14 @@ import pytest
 import torch
 from conftest import make_model
 
-from specli.engine.drafter import Proposal, ReadsTargetFeatures
+from specli.engine.drafter import Drafter, Proposal
 from specli.engine.loop import EngineConfig, generate_rounds
 from specli.engine.sampling import SamplingConfig
 from specli.engine.stopping import StopCriteria
 from specli.models.cached_lm import CachedLM
 
 
-class FeatureRecorder:
+class FeatureRecorder(Drafter):
     """Proposes the target's greedy continuation with every third token wrong; keeps the features the
     engine hands it and, at commit, only the rows of tokens that stayed."""
 
@@ -73,7 +73,7 @@ def test_drafter_sees_the_targets_own_features_from_the_forwards_already_run(lay
 
     model.forward = counted
     drafter = FeatureRecorder(layers, reference, 384)
-    assert isinstance(drafter, ReadsTargetFeatures)
+    assert drafter.feature_layers == layers  # the capability the engine reads
     rounds = list(
         generate_rounds(
             target, drafter, prompt, EngineConfig(max_new_tokens=20, num_draft_tokens=4), StopCriteria(set())

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from specli.engine.drafter import Drafts, Proposal
+from specli.engine.drafter import Drafter, Drafts, Proposal
 from specli.engine.sampling import SamplingConfig
 from specli.models.cached_lm import CachedLM, check_sliding_rollback
 
@@ -49,7 +49,7 @@ def recent_window(max_positions: int) -> int:
     return max(1, max_positions * 3 // 4)
 
 
-class DraftModelDrafter:
+class DraftModelDrafter(Drafter):
     """Drafts with its own KV cache. Autoregressive: up to k forwards, each feeding the token drafted
     before; parallel (mask_token set): one forward over [pending, MASK x (k-1)].
 

@@ -1,7 +1,7 @@
 """`eagle` strategy: an EAGLE head drafts from the target's own hidden states (EAGLE-1 and EAGLE-3).
 
 The head reads features the target computes anyway: the engine hands them over after the prefill and
-after every verify forward (`ReadsTargetFeatures`), so no extra target forward ever runs.
+after every verify forward (its `feature_layers`), so no extra target forward ever runs.
 
 Per round, with m pairs (feature of x_t, token x_{t+1}) known to be true since the last round:
   draft:  ONE head step over those m pairs (its cache now holds only true positions) gives d_1; then
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from specli.engine.drafter import Drafts, Proposal
+from specli.engine.drafter import Drafter, Drafts, Proposal
 from specli.engine.sampling import SamplingConfig
 from specli.models.eagle_head import EagleHead, HeadCache
 from specli.models.own_forward.core import LeanKV
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from specli.settings import Settings
 
 
-class EagleDrafter:
+class EagleDrafter(Drafter):
     """Drafts with an EagleHead beside the target's LM head; keeps the head's own KV cache. With `lean`
     (a LeanHead of the same head) the head's layers run through specli's lean step (docs/design.md §13)
     over a preallocated cache; without, through EagleHead.step."""

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from specli.drafters.suffix_index import Continuation, SuffixIndex
-from specli.engine.drafter import Proposal
+from specli.engine.drafter import Drafter, Proposal
 from specli.engine.sampling import SamplingConfig
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def draft_info(drafted: list[Continuation], context_length: int) -> dict[str, An
     }
 
 
-class PromptLookupDrafter:
+class PromptLookupDrafter(Drafter):
     """Deterministic proposals (q one-hot) from an incremental suffix index of prompt + output.
 
     When nothing matches it proposes nothing, and the engine takes a plain target step for that round.

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from specli.engine.drafter import Drafts, Proposal
+from specli.engine.drafter import Drafter, Drafts, Proposal
 from specli.engine.sampling import SamplingConfig
 from specli.models.cached_lm import check_sliding_rollback
 from specli.models.layer_stack import LayerStack
@@ -28,10 +28,11 @@ if TYPE_CHECKING:
     from specli.settings import Settings
 
 
-class SelfSpeculativeDrafter:
+class SelfSpeculativeDrafter(Drafter):
     """Drafts with the first `exit_layer` layers of the target; owns no cache (attaches the target's)."""
 
     name = "self"
+    shares_target_cache = True  # drafts in the target's cache; computes the verify forward itself
 
     def __init__(self, stack: LayerStack, exit_layer: int, p_min: float = 0.0) -> None:
         if not 1 <= exit_layer < stack.num_layers:

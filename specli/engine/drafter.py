@@ -1,18 +1,21 @@
-"""The drafter protocol the engine calls (docs/design.md §7); each strategy in `specli.drafters` is one
-file implementing it.
+"""The drafter protocol the engine calls (docs/design.md §7): the `Drafter` base class every strategy's
+drafter in `specli.drafters` subclasses, one file each.
 
 The engine owns the target; a drafter owns whatever it needs to propose tokens (a model and its cache,
 an n-gram index, ...). Per generation the engine calls `reset(prompt_ids)`; per round `propose(k)` and
-then `commit(accepted, token)`. Two optional capabilities, detected with isinstance, change which
-target forward the engine runs (chosen once per generation; the loop has no special cases):
-`SharesTargetCache` (the drafter computes the verify forward inside the target's cache: self) and
-`ReadsTargetFeatures` (the drafter reads the target's hidden states from every target forward: EAGLE).
+then `commit(accepted, token)`. What else a drafter can do it declares in plain attributes, with their
+defaults on `Drafter`, and the engine and the pair read them directly -- one way, never isinstance or
+getattr: `device`, `parallel`, `draft_state`, and the two that change which target forward the engine
+runs (chosen once per generation; the loop has no special cases): `shares_target_cache` (the drafter
+computes the verify forward inside the target's cache: self) and `feature_layers` (the drafter reads the
+target's hidden states from every target forward: EAGLE).
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import torch
 
@@ -75,55 +78,61 @@ class Drafts:
         return Proposal(ids, torch.stack(self.qs) if self.qs else None, info, self.cut)
 
 
-class Drafter(Protocol):
-    """A source of draft tokens for one generation at a time.
+class Drafter(ABC):
+    """A source of draft tokens for one generation at a time. Its capabilities, read directly by the
+    engine (defaults here: a drafter that declares none samples on the target's device, drafts one token
+    per forward, reads no target features and keeps no target cache):
 
-    A drafter that samples on a device of its own (a draft model) also has a `device` attribute; the
-    engine then hands `propose` a generator on that device. Optional attributes the draft-length
-    controller reads (docs/design.md §11): `parallel` (all k drafts come from one forward, so drafting
-    more costs little) and `draft_state` (a label; acceptance is estimated per label, e.g. lookup's
-    "copying" / "searching").
+    - `device`: where it samples when that is a device of its own (a draft model, an EAGLE head); the
+      engine then hands `propose` a generator there. None: the target's output device.
+    - `parallel`: all k drafts come from one forward, so drafting more costs little (the draft-length
+      controller reads it, docs/design.md §11).
+    - `draft_state`: a label read before each round; acceptance is estimated per label (lookup's
+      "copying" / "searching"). None: one estimate.
+    - `feature_layers`: the target hidden states it drafts from (EAGLE-style heads), by transformers'
+      `output_hidden_states` index (i is the input of layer i; the number of layers is the final
+      output). Non-empty: the engine runs every target forward with them and calls
+      `observe_features(features)` right after it, before `commit`: first for the prefill (every prompt
+      position but the last), then each round for [pending, d_1..d_k]; features is
+      [n, len(feature_layers) * H] for those n positions, concatenated low -> high. Rows after pending
+      and the `accepted` drafts belong to rejected tokens: the drafter drops them at `commit`. No extra
+      target forward ever runs for the features.
+    - `shares_target_cache`: it drafts inside the target's own cache and computes the verify forward
+      itself (self). The engine calls `attach(cache)` after the prefill and, every round (k >= 0
+      drafted tokens), `verify_forward(ids [k+1], cache) -> logits [k+1, V]` instead of the target's
+      plain forward; the result must equal what that forward would return, and leave k+1 new positions
+      in every layer.
     """
 
     name: str
+    device: torch.device | None = None
+    parallel: bool = False
+    draft_state: str | None = None
+    feature_layers: tuple[int, ...] = ()
+    shares_target_cache: bool = False
 
+    @abstractmethod
     def reset(self, prompt_ids: list[int]) -> None:
         """Start a new generation from prompt_ids: drop all state from a previous one."""
 
+    @abstractmethod
     def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None) -> Proposal:
         """Propose up to k tokens continuing everything committed so far."""
 
+    @abstractmethod
     def commit(self, accepted: int, token: int) -> None:
         """The target kept the first `accepted` proposed tokens and appended `token`; update state."""
 
+    def observe_features(self, features: torch.Tensor) -> None:
+        """The target's hidden states [n, F] from the forward just run (called when feature_layers)."""
+        raise NotImplementedError(f"{type(self).__name__} declares feature_layers but does not observe them")
 
-@runtime_checkable
-class SharesTargetCache(Protocol):
-    """A drafter that drafts inside the target's own cache and computes the verify forward itself (self).
+    def attach(self, cache: Any) -> None:
+        """The target's cache after the prefill (called when shares_target_cache)."""
+        raise NotImplementedError(f"{type(self).__name__} declares shares_target_cache but does not attach")
 
-    The engine calls `attach(cache)` after the prefill and, every round (k >= 0 drafted tokens),
-    `verify_forward(ids [k+1], cache) -> logits [k+1, V]` instead of the target's plain forward; the
-    result must equal what that forward would return, and leave k+1 new positions in every layer.
-    """
-
-    def attach(self, cache: Any) -> None: ...
-
-    def verify_forward(self, ids: torch.Tensor, cache: Any) -> torch.Tensor: ...
-
-
-@runtime_checkable
-class ReadsTargetFeatures(Protocol):
-    """A drafter that drafts from the target's own hidden states (EAGLE-style heads).
-
-    `feature_layers` names the hidden states it needs by transformers' `output_hidden_states` index (i is
-    the input of layer i; the number of layers is the final output). The engine runs every target forward
-    with them and calls `observe_features(features)` right after it, before `commit`: first for the
-    prefill (every prompt position but the last), then each round for [pending, d_1..d_k]; features is
-    [n, len(feature_layers) * H] for those n positions, concatenated low -> high. Rows after pending and
-    the `accepted` drafts belong to rejected tokens: the drafter drops them at `commit`. No extra target
-    forward ever runs for the features.
-    """
-
-    feature_layers: tuple[int, ...]
-
-    def observe_features(self, features: torch.Tensor) -> None: ...
+    def verify_forward(self, ids: torch.Tensor, cache: Any) -> torch.Tensor:
+        """The verify forward over ids [k+1] inside the target's cache (called when shares_target_cache)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} declares shares_target_cache but has no verify_forward"
+        )

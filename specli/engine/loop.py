@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from specli.engine.draft_length import DraftLength
-from specli.engine.drafter import Drafter, Proposal, ReadsTargetFeatures, SharesTargetCache
+from specli.engine.drafter import Drafter, Proposal
 from specli.engine.events import Round, StopReason
 from specli.engine.sampling import SamplingConfig
 from specli.engine.stopping import StopCriteria
@@ -68,14 +68,13 @@ def generate_rounds(
     limit = min(config.max_new_tokens, (max_positions or 1 << 62) - len(prompt_ids))
     length = None
     if drafter is not None:
-        parallel = bool(getattr(drafter, "parallel", False))
-        length = DraftLength(config.num_draft_tokens, fixed=config.fixed_k, parallel=parallel)
+        length = DraftLength(config.num_draft_tokens, fixed=config.fixed_k, parallel=drafter.parallel)
 
     for index in range(config.max_new_tokens):
         budget = limit - len(generated)  # tokens this generation may still commit
         if budget <= 0:
             return
-        state = getattr(drafter, "draft_state", None)  # acceptance is estimated per drafter state
+        state = drafter.draft_state if drafter is not None else None  # acceptance is estimated per state
         k, why = length.choose(budget, state) if length is not None else (0, "")
 
         t0 = perf_counter()  # draft
@@ -124,7 +123,7 @@ def _generators(
     if seed is None:
         return None, None
     generator = torch.Generator(device=device).manual_seed(seed)
-    draft_device = getattr(drafter, "device", device)
+    draft_device = drafter.device if drafter is not None and drafter.device is not None else device
     if draft_device == device:
         return generator, generator
     return generator, torch.Generator(device=draft_device).manual_seed(seed + 1)
@@ -133,7 +132,9 @@ def _generators(
 def _target_forward(target: CachedLM, drafter: Drafter | None) -> TargetForward:
     """The target forward every step runs, chosen once: plain; computed inside a drafter that shares the
     target's cache (self); or plain plus the hidden states a feature-reading drafter (EAGLE) observes."""
-    if isinstance(drafter, ReadsTargetFeatures):
+    if drafter is None:
+        return target.forward
+    if drafter.feature_layers:
         layers = tuple(drafter.feature_layers)
 
         def forward_with_features(ids: torch.Tensor, cache: Any, last_only: bool = False) -> torch.Tensor:
@@ -142,7 +143,7 @@ def _target_forward(target: CachedLM, drafter: Drafter | None) -> TargetForward:
             return logits
 
         return forward_with_features
-    if isinstance(drafter, SharesTargetCache):
+    if drafter.shares_target_cache:
 
         def forward_shared(ids: torch.Tensor, cache: Any, last_only: bool = False) -> torch.Tensor:
             if last_only:  # the prefill
@@ -161,6 +162,6 @@ def _prefill(target: CachedLM, drafter: Drafter | None, prompt_ids: list[int], f
     if len(prompt_ids) > 1:  # the LM head runs for one position only
         forward(torch.tensor(prompt_ids[:-1]), cache, last_only=True)
         target.settle(cache)
-    if isinstance(drafter, SharesTargetCache):
+    if drafter is not None and drafter.shares_target_cache:
         drafter.attach(cache)
     return cache
