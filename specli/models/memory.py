@@ -17,6 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from specli.drafters.table import Model, entry
 from specli.errors import SpecliError
 from specli.models import sources
 from specli.models.model_dirs import config_max_positions
@@ -260,7 +261,7 @@ def _preset_shapes(preset: Any) -> list[Shape | None]:
     """The shapes of the models a preset loads: the target and the drafter (an EAGLE head has no shape of
     its own: it is planned from the target's)."""
     specs = [preset.target] + (
-        [preset.draft] if preset.draft is not None and preset.strategy != "eagle" else []
+        [preset.draft] if preset.draft is not None and entry(preset.strategy).model != Model.HEAD else []
     )
     return [shape_of(spec.model) for spec in specs]
 
@@ -276,7 +277,7 @@ def preset_estimate(preset: Any, context: int = 4096) -> int | None:
     """Total bytes a preset needs (target + drafter or EAGLE head, KV for `context` tokens each, or a
     model's own context when shorter), or None if unknown."""
     total = 0
-    if preset.strategy == "eagle":  # the drafter is a head; it sits beside the target's LM head
+    if entry(preset.strategy).model == Model.HEAD:  # the drafter is a head, beside the target's LM head
         target = shape_of(preset.target.model)
         if target is None:
             return None

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from rich.console import Console
 
+from specli.drafters.table import Strategy
 from specli.errors import UsageError
 from specli.models import head_formats, loading, memory
 from specli.models.layer_stack import LAYER_STACK_ARCHITECTURES
@@ -372,7 +373,7 @@ def load_target(checked: Checked, session: Session, console: Console) -> Any:
     with loading_progress(console, f"loading {r.target}…") as bars:
         return specli.load(
             target=r.target,
-            strategy="none",
+            strategy=Strategy.NONE,
             device=session.device,
             dtype=checked.dtype,
             quant=r.quant,
@@ -593,7 +594,7 @@ def result_lines(report: dict[str, Any], out: Path) -> list[str]:
         ]
     target = (report.get("target") or {}).get("name")
     if target:
-        strategy = "eagle" if kind in HEAD_KINDS else "draft"
+        strategy = Strategy.EAGLE if kind in HEAD_KINDS else Strategy.DRAFT
         use = ["specli", "generate", "PROMPT", "--target", target, "--strategy", strategy]
         lines.append(f"use it: {shlex.join([*use, '--draft', str(out)])}")
     return lines

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specli.drafters.table import Strategy
 from specli.errors import UsageError
 
 CACHE_VERSION = 1
@@ -106,7 +107,7 @@ def greedy_responder(pair: Any, max_new_tokens: int) -> Callable[[list[int]], li
 
     def respond(ids: list[int]) -> list[int]:
         result = pair.generate(
-            prompt_ids=ids, strategy="none", temperature=0.0, max_new_tokens=max_new_tokens
+            prompt_ids=ids, strategy=Strategy.NONE, temperature=0.0, max_new_tokens=max_new_tokens
         )
         return list(result.token_ids)
 
