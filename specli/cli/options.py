@@ -65,12 +65,18 @@ PresetOpt = Annotated[
     str | None,
     typer.Option(help="Preset name or YAML path (see `specli presets list`); default: tiny (embedded)."),
 ]
-TargetOpt = Annotated[str | None, typer.Option(help="Target model: local folder or hub id.")]
+TargetOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Target model: a folder, hub id, .gguf file, org/name:FILE.gguf, ollama:NAME[:TAG] or "
+        "embedded:NAME."
+    ),
+]
 DraftOpt = Annotated[
     str | None,
     typer.Option(
-        help="Drafter model sharing the target's tokenizer; with --strategy eagle, the EAGLE head "
-        "(a folder, hub id or embedded:tiny-eagle3)."
+        help="Drafter model sharing the target's tokenizer (any form --target takes); with --strategy "
+        "eagle, the EAGLE head (a folder, hub id or embedded:tiny-eagle3)."
     ),
 ]
 StrategyOpt = Annotated[
