@@ -260,6 +260,7 @@ class _Fetcher:
             trust_remote_code=self.trust_remote_code,
             weights=weights,
             tqdm_class=self.download_bars(model.name) if self.download_bars else None,
+            dtype=model.dtype,  # a GGUF is dequantized into this dtype (auto: float32)
         )
 
     def tokenizer(self, model: ModelToLoad) -> Any:

@@ -262,3 +262,13 @@ def test_an_architecture_transformers_does_not_map_lists_those_it_does(tmp_path)
         loading.resolve_source(str(tmp_path / "rwkv.gguf"))
     assert "architecture 'rwkv7', which transformers cannot load" in err.value.message
     assert "llama" in err.value.message and "qwen2" in err.value.message and err.value.exit_code == 2
+
+
+def test_load_dequantizes_into_the_dtype_asked_for(files, cache):
+    """specli.load(dtype=...) reaches the conversion: bfloat16 is stored as bfloat16 (half the disk) and
+    the load is that of the bfloat16 folder. Caught: the dtype dropped on the way (a float32 folder)."""
+    pair = specli.load(target=str(files["llama"]), dtype="bfloat16", device="cpu")
+    assert [p.name.rsplit("-", 1)[-1] for p in cache.iterdir() if not p.name.endswith("-meta")] == [
+        "bfloat16"
+    ]
+    assert pair.target_model.dtype == torch.bfloat16
