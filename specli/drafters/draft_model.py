@@ -15,12 +15,12 @@ import torch
 from specli.engine.drafter import Drafter, Drafts, Proposal
 from specli.engine.sampling import SamplingConfig
 from specli.models.cached_lm import CachedLM, check_sliding_rollback
+from specli.models.sources import MASK_TOKEN_KEYS  # config keys naming a parallel drafter's mask token
 
 if TYPE_CHECKING:
     from specli.pair import Pair
     from specli.settings import Settings
 
-MASK_TOKEN_KEYS = ("pard_token", "ptd_token_id")  # config keys naming a parallel drafter's mask token
 PARALLEL_K_KEY = "para_num"  # the drafts per forward a parallel drafter was trained for, when recorded
 PARALLEL_K_DEFAULT = 8  # PARD's training K; its own examples draft 8-12
 
