@@ -306,7 +306,8 @@ def resolve_source(
     first weights=True call into safetensors of `dtype` (auto: float32; `gguf_cache`).
 
     weights=False stops before the weights: a hub snapshot without them, a GGUF's config and tokenizer
-    (the dequantized folder if cached); checks run before gigabytes move, and a second call with
+    (the dequantized folder if cached; a hub GGUF is downloaded whole first, its header being inside
+    it); checks run before weights are dequantized or downloaded, and a second call with
     weights=True completes the same source. tqdm_class draws the download and dequantizing bars
     (default: huggingface_hub's and transformers' own).
     """
