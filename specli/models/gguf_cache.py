@@ -258,9 +258,10 @@ def _dequantized() -> dict[str, Any]:
     packed path needs the `kernels` package): dequantized weights are what a folder stores."""
     try:
         from transformers.utils.quantization_config import GgufConfig
-    except ImportError:  # a transformers without packed GGUF weights: it always dequantizes
+
+        return {"quantization_config": GgufConfig(dequantize=True)}
+    except (ImportError, TypeError):  # a transformers without packed GGUF weights: it always dequantizes
         return {}
-    return {"quantization_config": GgufConfig(dequantize=True)}
 
 
 def _bar_class(tqdm_class: Any) -> Any:
