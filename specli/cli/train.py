@@ -242,6 +242,7 @@ def train_command(
         check_before_torch(
             kind, given, out, resume, overwrite, quick, device, compare_with, eval_prompts, eval_count
         )
+        from specli.render.progress import Counted, loading_progress
         from specli.training.command import Session, train
 
         session = Session(
@@ -250,6 +251,7 @@ def train_command(
             allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, eval_prompts=eval_prompts,
             eval_count=eval_count, eval_tokens=eval_tokens, num_draft_tokens=num_draft_tokens,
             compare_with=compare_with, command=command_line(ctx),
+            loading_view=loading_progress, counted_view=Counted,
         )  # fmt: skip
         quiet_transformers()
         report = train(kind, given, session, console, quick=quick)

@@ -21,7 +21,8 @@ import random
 import shlex
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,6 @@ from specli.drafters.table import Strategy
 from specli.errors import UsageError
 from specli.models import head_formats, loading, memory
 from specli.models.layer_stack import LAYER_STACK_ARCHITECTURES
-from specli.render.progress import Counted, loading_progress
 from specli.threads import AUTO
 from specli.training import checkpoint, data, jobs, outdir, regenerate
 from specli.training import plan as training_plan
@@ -81,6 +81,36 @@ class Session:
     compare_with: str | None = None
     command: str = ""
     clock: Callable[[], float] = time.monotonic  # the time source of --time-limit (tests pass a fake one)
+    # The views of loading and of counted stages (regenerate, measure): the CLI passes
+    # specli.render.progress's loading_progress and Counted; without them nothing is drawn (training
+    # produces, it does not import views).
+    loading_view: Callable[..., Any] | None = None
+    counted_view: Callable[..., Any] | None = None
+
+
+@contextmanager
+def _no_loading_view(console: Console, message: str) -> Iterator[None]:
+    """loading_progress's stand-in when no view was given: draws nothing, offers no download bars."""
+    yield None
+
+
+class _NoCountedView:
+    """Counted's stand-in when no view was given: stages and steps are counted by nobody."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __enter__(self) -> _NoCountedView:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def stage(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def advance(self, *args: Any, **kwargs: Any) -> None:
+        pass
 
 
 REMEMBERED = (
@@ -370,7 +400,7 @@ def load_target(checked: Checked, session: Session, console: Console) -> Any:
     import specli
 
     r = checked.recipe
-    with loading_progress(console, f"loading {r.target}…") as bars:
+    with (session.loading_view or _no_loading_view)(console, f"loading {r.target}…") as bars:
         return specli.load(
             target=r.target,
             strategy=Strategy.NONE,
@@ -384,9 +414,11 @@ def load_target(checked: Checked, session: Session, console: Console) -> Any:
         )
 
 
-def token_ids(checked: Checked, pair: Any, console: Console) -> tuple[list[list[int]], list[list[int]], dict]:
+def token_ids(
+    checked: Checked, pair: Any, console: Console, counted_view: Callable[..., Any] | None = None
+) -> tuple[list[list[int]], list[list[int]], dict]:
     """(train documents, validation documents) as ids, with --regenerate's answers appended, and what
-    the regeneration did (for training.json)."""
+    the regeneration did (for training.json); counted_view draws the regeneration's progress."""
     r, tok, ds = checked.recipe, checked.tokenizer, checked.dataset
     if not r.regenerate:
         return data.encode_texts(tok, ds.train), data.encode_texts(tok, ds.validation), {}
@@ -403,7 +435,7 @@ def token_ids(checked: Checked, pair: Any, console: Console) -> tuple[list[list[
     )
     cache = regenerate.cache_root() / "regenerated" / key.file_name(prompts)
     respond = regenerate.greedy_responder(pair, r.regenerate_tokens)
-    with Counted(console, "regenerate", len(prompts), unit="prompt") as counted:
+    with (counted_view or _NoCountedView)(console, "regenerate", len(prompts), unit="prompt") as counted:
         counted.stage("the target answers the data's prompts (greedy)", len(prompts))
         answers, generated = regenerate.answer_all(prompts, respond, cache, counted.advance)
     ids = [p + a for p, a in zip(prompts, answers, strict=True)]
@@ -442,13 +474,13 @@ def train(kind: str, given: dict[str, Any], session: Session, console: Console, 
     if eos is None:
         raise UsageError(f"the tokenizer of '{r.target}' has no EOS token to separate documents with.")
     if not r.regenerate:  # the data's length is known before any weights load
-        train_docs, valid_docs, regen = token_ids(checked, None, console)
+        train_docs, valid_docs, regen = token_ids(checked, None, console, session.counted_view)
         _check_length(data.token_stream(train_docs, eos), r)
     plan_memory(checked, console)
     prepare_out(session)
     pair = load_target(checked, session, console)
     if r.regenerate:
-        train_docs, valid_docs, regen = token_ids(checked, pair, console)
+        train_docs, valid_docs, regen = token_ids(checked, pair, console, session.counted_view)
     stream = data.token_stream(train_docs, eos)
     _check_length(stream, r)
     valid_stream = data.token_stream(valid_docs, eos) if valid_docs else None
@@ -655,7 +687,7 @@ def _measure(pair: Any, checked: Checked, session: Session, console: Console) ->
     if session.compare_with:
         drafters.append(measure.drafter("compare", pair, session.compare_with, session.allow_pickle))
     runs = (len(prompts) + 1) * (len(drafters) + 1)
-    with Counted(console, "measure", runs) as counted:
+    with (session.counted_view or _NoCountedView)(console, "measure", runs) as counted:
         counted.stage(f"{plural(len(prompts), 'held-out prompt')}, greedy, plain and drafted", runs)
         report = measure.run_measurement(
             pair, drafters, prompts, session.eval_tokens, session.num_draft_tokens, counted.advance
