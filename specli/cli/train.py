@@ -125,7 +125,7 @@ def train_command(
     ],
     target: Annotated[
         str | None,
-        _opt("The target: a folder, hub id or embedded:NAME, loaded as generate loads it.", "--target"),
+        _opt("The target: any model name generate takes (folder, hub id, embedded:NAME, a .gguf file, ollama:NAME, package:NAME).", "--target"),
     ] = None,
     data: Annotated[
         str | None,

@@ -34,6 +34,7 @@ from specli.drafters.table import Strategy
 from specli.errors import UsageError
 from specli.models import head_formats, loading, memory
 from specli.models.layer_stack import LAYER_STACK_ARCHITECTURES
+from specli.models.sources import specli_cache_dir
 from specli.threads import AUTO
 from specli.training import checkpoint, data, jobs, outdir, regenerate
 from specli.training import plan as training_plan
@@ -433,7 +434,7 @@ def token_ids(
         pair.target.device.type,
         r.regenerate_tokens,
     )
-    cache = regenerate.cache_root() / "regenerated" / key.file_name(prompts)
+    cache = specli_cache_dir() / "regenerated" / key.file_name(prompts)
     respond = regenerate.greedy_responder(pair, r.regenerate_tokens)
     with (counted_view or _NoCountedView)(console, "regenerate", len(prompts), unit="prompt") as counted:
         counted.stage("the target answers the data's prompts (greedy)", len(prompts))

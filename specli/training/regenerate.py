@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,15 +21,6 @@ from specli.drafters.table import Strategy
 from specli.errors import UsageError
 
 CACHE_VERSION = 1
-
-
-def cache_root() -> Path:
-    """$SPECLI_CACHE_DIR, else $XDG_CACHE_HOME/specli, else ~/.cache/specli."""
-    explicit = os.environ.get("SPECLI_CACHE_DIR", "").strip()
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "specli"
 
 
 def model_identity(folder: Path) -> dict[str, Any]:
