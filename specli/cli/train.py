@@ -125,7 +125,11 @@ def train_command(
     ],
     target: Annotated[
         str | None,
-        _opt("The target: any model name generate takes (folder, hub id, embedded:NAME, a .gguf file, ollama:NAME, package:NAME).", "--target"),
+        _opt(
+            "The target: any model name generate takes (a folder, hub id, embedded:NAME, a .gguf file, "
+            "ollama:NAME, package:NAME).",
+            "--target",
+        ),
     ] = None,
     data: Annotated[
         str | None,
