@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from specli.drafters.draft_model import PARALLEL_K_DEFAULT, parallel_draft_tokens
@@ -39,14 +40,16 @@ class LoadsLater(Protocol):
 
 
 # A strategy's weights a pair lacks: what they are, and the load that gives them.
-_MISSING = {
-    Model.DRAFT: ("a drafter model", "Load the pair with specli.load(..., draft=MODEL)."),
-    Model.HEAD: (
-        "an EAGLE head",
-        "Load the pair with specli.load(..., strategy='{strategy}', draft=HEAD) (a folder, hub id or "
-        "embedded:NAME).",
-    ),
-}
+_MISSING = MappingProxyType(
+    {
+        Model.DRAFT: ("a drafter model", "Load the pair with specli.load(..., draft=MODEL)."),
+        Model.HEAD: (
+            "an EAGLE head",
+            "Load the pair with specli.load(..., strategy='{strategy}', draft=HEAD) (a folder, hub id or "
+            "embedded:NAME).",
+        ),
+    }
+)
 
 
 @dataclass

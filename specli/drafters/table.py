@@ -1,8 +1,9 @@
 """The strategies: `Strategy` names the shipped ones, `STRATEGY_TABLE` says what each one is, from its
 name to the file that builds its drafter and its capabilities (what it needs loaded, whether --compile
-runs it, its own k). Dispatch, validation and every "does this strategy need ..." question read the
-table, so adding a strategy is one drafter file and one line here (`tests/test_strategy_table.py`
-shows it).
+runs it, its own k). Dispatch, validation (settings, presets, the command line) and every "does this
+strategy need ..." question read the table, so adding a strategy is one drafter file and one entry here
+(`tests/test_strategy_table.py` registers one that way); code that must name a shipped strategy (a
+default, a label) uses its `Strategy` member.
 
 No torch here: the CLI and the preset schema check strategy names before anything heavy is imported; a
 strategy's file is imported only when a pair builds its drafter (`Entry.build`).
@@ -132,15 +133,18 @@ def check_strategy(strategy: str) -> str:
 
 def choices() -> str:
     """The table's strategies as a sentence: "'draft', 'none', 'lookup', 'self' or 'eagle'"."""
-    quoted = [f"'{name}'" for name in strategy_names()]
-    return ", ".join(quoted[:-1]) + " or " + quoted[-1] if len(quoted) > 1 else "".join(quoted)
+    return _either([f"'{name}'" for name in strategy_names()])
 
 
 def described() -> str:
     """Every strategy with its `about`, plain decoding last: "draft (a drafter model), ... or none (plain
     decoding)" (the --strategy help)."""
     names = sorted(strategy_names(), key=lambda name: not entry(name).drafts)
-    parts = [f"{name} ({entry(name).about})" if entry(name).about else name for name in names]
+    return _either([f"{name} ({entry(name).about})" if entry(name).about else name for name in names])
+
+
+def _either(parts: list[str]) -> str:
+    """ "a, b or c"."""
     return ", ".join(parts[:-1]) + " or " + parts[-1] if len(parts) > 1 else "".join(parts)
 
 
