@@ -21,7 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from specli.errors import ModelLoadError, ModelNotFoundError
-from specli.training.regenerate import cache_root
+from specli.models.sources import specli_cache_dir
 
 PACKAGE_PREFIX = "package:"
 _BLOCK = 1 << 20
@@ -146,7 +146,7 @@ def install_command(model: PackagedModel) -> str | None:
 
 def cached_path(model: PackagedModel) -> Path:
     """Where an assembled model lives in specli's cache."""
-    return cache_root() / "packages" / model.name / model.file_name
+    return specli_cache_dir() / "packages" / model.name / model.file_name
 
 
 def packaged_gguf(name: str) -> Path:
