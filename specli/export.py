@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from specli.drafters.table import Strategy
 from specli.errors import UsageError
 from specli.models import sources
 from specli.models.model_dirs import EMBEDDED_PREFIX
@@ -229,8 +230,8 @@ def _kind_of(model: Model, config: dict | None, strategy: str) -> tuple[DrafterK
         return "model", None, None
     if model.name in KNOWN_DRAFTERS:
         return (*KNOWN_DRAFTERS[model.name], None)
-    assumed: DrafterKind = "eagle3" if strategy == "eagle" else "model"
-    what = "an EAGLE-3 head" if strategy == "eagle" else "an autoregressive draft model (not PARD)"
+    assumed: DrafterKind = "eagle3" if strategy == Strategy.EAGLE else "model"
+    what = "an EAGLE-3 head" if strategy == Strategy.EAGLE else "an autoregressive draft model (not PARD)"
     if not model.hub:  # a folder here without a readable config.json: nothing to download
         note = f"{model.location} has no readable config.json: assumed {what}."
         return assumed, None, note
@@ -259,9 +260,9 @@ def parallel_k(kind: DrafterKind | None, config: Mapping[str, Any] | None) -> in
 
 
 def _check_roles(strategy: str, drafter: Model, kind: DrafterKind) -> None:
-    if strategy == "draft" and kind in HEAD_KINDS:
+    if strategy == Strategy.DRAFT and kind in HEAD_KINDS:
         raise UsageError(f"'{drafter.name}' is an EAGLE head: use --strategy eagle --draft {drafter.name}.")
-    if strategy == "eagle" and kind not in HEAD_KINDS:
+    if strategy == Strategy.EAGLE and kind not in HEAD_KINDS:
         raise UsageError(f"'{drafter.name}' is a draft model, not an EAGLE head: use --strategy draft.")
 
 
@@ -315,12 +316,12 @@ def resolve_pair(
 def _drafter_spec(spec: Preset | None, strategy: str, draft: str | None) -> ModelSpec | None:
     """The drafter model (strategy draft) or EAGLE head (strategy eagle) to export, as api._sources picks
     it; UsageError when the strategy needs one and none is named."""
-    if strategy == "eagle":
+    if strategy == Strategy.EAGLE:
         head = ModelSpec(model=draft) if draft else (spec.eagle_head if spec else None)
         if head is None:
             raise UsageError("strategy 'eagle' needs an EAGLE head: pass --draft HEAD (a folder or hub id).")
         return head
-    if strategy == "draft":
+    if strategy == Strategy.DRAFT:
         model = ModelSpec(model=draft) if draft else (spec.draft if spec else None)
         if model is None:
             raise UsageError("strategy 'draft' needs a drafter model: pass --draft MODEL.")
@@ -343,7 +344,7 @@ def _refuse(engine: str, what: str) -> UsageError:
 def _check_runs(engine: str, pair: ExportPair) -> None:
     """Refuse what the engine cannot run (GUIDE §5b: no serving engine runs LayerSkip self-speculation;
     only vLLM runs parallel drafting; llama.cpp has no EAGLE-1)."""
-    if pair.strategy == "self":
+    if pair.strategy == Strategy.SELF:
         raise _refuse(engine, "self-speculation (strategy self: no serving engine runs LayerSkip early exit)")
     parallel = {"pard": "PARD", "peagle": "P-EAGLE"}
     if engine != "vllm" and pair.kind in parallel:
@@ -438,7 +439,7 @@ def vllm_speculative_config(pair: ExportPair) -> dict[str, Any] | None:
     parallel_drafting) and docs/features/speculative_decoding/README.md (its schema)."""
     if not pair.speculates:
         return None
-    if pair.strategy == "lookup":
+    if pair.strategy == Strategy.LOOKUP:
         return {
             "method": "ngram",
             "num_speculative_tokens": pair.k,
@@ -489,7 +490,7 @@ def export_vllm(pair: ExportPair, options: ServeOptions) -> Export:
             "(vllm <= 0.15.0); check that your version runs this method with --pipeline-parallel-size, "
             "or put every GPU in --tensor-parallel-size."
         )
-    if pair.strategy == "none":
+    if pair.strategy == Strategy.NONE:
         notes.append("strategy none: plain decoding, no --speculative-config (a baseline to compare with).")
     return Export("vllm", tuple(argv), _fetches(pair), tuple(notes), config)
 
@@ -504,7 +505,7 @@ def _sglang_speculation(pair: ExportPair) -> tuple[list[str], list[str]]:
     drafts, so num_draft_tokens = num_steps + 1 (speculative_hook.py). NGRAM derives num_steps and topk
     from num_draft_tokens and its BFS breadth (speculative_hook._handle_ngram); breadth 1 keeps one
     chain, as specli's lookup proposes one copy."""
-    if pair.strategy == "lookup":
+    if pair.strategy == Strategy.LOOKUP:
         flags = ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", str(pair.k + 1)]
         flags += ["--speculative-ngram-max-bfs-breadth", "1"]
         note = (
@@ -644,7 +645,7 @@ def export_llama_cpp(pair: ExportPair, options: ServeOptions) -> Export:
     steps, target_gguf = _gguf_steps(pair.target, target_stem)
     argv = ["llama-server", "-m", target_gguf]
     notes = [*pair.notes]
-    if pair.strategy == "lookup":
+    if pair.strategy == Strategy.LOOKUP:
         flags, more = _llama_lookup(pair)
         argv += flags
         notes += more

@@ -8,6 +8,7 @@ it without depending on cli/, render/ or serve/ (GUIDE §2: data flows one way).
 
 from __future__ import annotations
 
+from specli.drafters.table import Strategy
 from specli.engine.events import Stats, StopReason
 
 
@@ -25,7 +26,7 @@ def clock(seconds: float) -> str:
 
 def strategy_label(strategy: str, k: int | None = None) -> str:
     """The views' header: the strategy, and k when it drafts, e.g. "draft k=4" or "none"."""
-    return strategy + (f" k={k}" if k and strategy != "none" else "")
+    return strategy + (f" k={k}" if k and strategy != Strategy.NONE else "")
 
 
 HEAD_NAMES = {"eagle1": "EAGLE-1", "eagle3": "EAGLE-3", "peagle": "P-EAGLE"}
@@ -77,7 +78,7 @@ def summary_line(
     `compiled` ("compiled in 41.0s ...") comes before the tokens/s, which never include it. The generate
     command's summary on stderr and specli serve's console line per request."""
     label = strategy_label(strategy, k)
-    if strategy == "self" and exit_layer is not None:
+    if strategy == Strategy.SELF and exit_layer is not None:
         label += f" exit layer {exit_layer}"
     parts = [label, count(stats.rounds, "round")]
     if compiled:

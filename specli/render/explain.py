@@ -13,6 +13,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from specli.drafters.table import Strategy
 from specli.engine.events import Round, Stats, TokenKind, expected_acceptance_length
 from specli.render.plain import draft_words
 from specli.render.styles import KIND_STYLES, shown
@@ -69,7 +70,7 @@ class ExplainView:
 
     def _drafter_line(self, r: Round) -> Text:
         info = r.info or {}
-        if self.strategy == "lookup":
+        if self.strategy == Strategy.LOOKUP:
             if info.get("ngram"):
                 chosen = (
                     f"; the draft's first token followed it {info['chosen']} of the {info['followed']} "
@@ -84,13 +85,13 @@ class ExplainView:
             return Text(
                 "lookup: no earlier occurrence of the last n-gram; this round is a plain target step."
             )
-        if self.strategy == "self":
+        if self.strategy == Strategy.SELF:
             return Text(
                 f"self: the target's first {count(info['exit_layer'], 'layer')} + its LM head drafted."
                 if isinstance(info.get("exit_layer"), int)
                 else "self: the target's first layers + its LM head drafted."
             )
-        if self.strategy == "eagle":
+        if self.strategy == Strategy.EAGLE:
             if not r.drafted:
                 return Text("eagle: no target features yet; this round is a plain target step.")
             layers = ", ".join(str(i) for i in info.get("target_layers", []))
@@ -105,7 +106,7 @@ class ExplainView:
                 f"eagle: an {kind} head proposed {count(len(r.drafted), 'token')} from the target's hidden "
                 f"states entering layers {layers} (the last drafts from its own states)."
             )
-        if self.strategy == "none":
+        if self.strategy == Strategy.NONE:
             return Text("plain decoding: no draft; the target adds one token.")
         if info.get("parallel") and r.drafted:
             return Text(

@@ -14,6 +14,7 @@ from rich.measure import Measurement
 from rich.segment import Segment
 from rich.text import Text
 
+from specli.drafters.table import Strategy
 from specli.engine.events import Round, Stats, TokenKind
 from specli.render.plain import draft_words
 from specli.render.styles import KIND_LABELS, KIND_STYLES, visible
@@ -127,7 +128,7 @@ class TokenView:
         if self.drafter_note:
             label += f" ({self.drafter_note})"
         parts = [label, f"round {s.rounds}"]
-        if r is not None and self.strategy != "none":
+        if r is not None and self.strategy != Strategy.NONE:
             parts.append(draft_words(r, separator=" "))
         if s.drafted:
             parts.append(f"acceptance {s.acceptance_rate:.1%}")
@@ -143,7 +144,7 @@ class TokenView:
         return Text(text, style="bold") if text else None
 
     def legend(self) -> Packed:
-        if self.strategy == "none":
+        if self.strategy == Strategy.NONE:
             kinds: tuple[TokenKind, ...] = (TokenKind.BONUS,)
             head = [Text("plain decoding:", "dim")]
         else:

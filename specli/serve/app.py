@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import Receive, Scope, Send
 
+from specli.drafters.table import Strategy
 from specli.engine.events import Round
 from specli.errors import UsageError
 from specli.serve.auth import require_key
@@ -78,7 +79,7 @@ def create_app(pair: Pair, config: ServeConfig) -> FastAPI:
             config.log(console_line(outcome))
 
     worker = Worker(pair, config.max_queue, finished)
-    k = config.settings.num_draft_tokens if config.settings.strategy != "none" else 0
+    k = config.settings.num_draft_tokens if config.settings.strategy != Strategy.NONE else 0
     metrics = Metrics(k, running=lambda: worker.running, waiting=lambda: worker.waiting)
 
     @asynccontextmanager

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from specli.drafters.table import Strategy
 from specli.engine.events import Stats, StopReason
 from specli.wording import count, summary_line
 
@@ -59,7 +60,7 @@ def spec_decode(stats: Stats, strategy: str, k: int) -> dict[str, Any]:
     """The request's `spec_decode` object (see the module docstring)."""
     return {
         "strategy": strategy,
-        "num_draft_tokens": 0 if strategy == "none" else k,
+        "num_draft_tokens": 0 if strategy == Strategy.NONE else k,
         "rounds": stats.rounds,
         "drafts": stats.drafts,
         "draft_tokens": stats.drafted,
