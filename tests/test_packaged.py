@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from types import MappingProxyType
 
 import pytest
 
@@ -40,7 +39,6 @@ def chunked(chunks: list[bytes], sha256: str | None = None) -> PackagedModel:
         ),
         sha256=sha256 or hashlib.sha256(b"".join(chunks)).hexdigest(),
         install="pip install fake-model",
-        config=MappingProxyType({}),
     )
 
 
@@ -122,7 +120,6 @@ def test_a_single_file_model_is_used_where_it_is_installed(site):
         (("one-model", "one_model/one.gguf"),),
         "",
         "pip install one-model",
-        MappingProxyType({}),
     )
     fake_distribution(site, "one-model", {"one_model/one.gguf": b"GGUF"})
     assert gguf_file(model) == site / "one_model" / "one.gguf"

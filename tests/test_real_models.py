@@ -15,8 +15,9 @@ reference: transformers' own `generate()` of the dequantized model).
 - sampling: a G-test on SmolLM2's first two tokens with the `self` drafter, and its control (a drafter
   that drafts its argmax but reports its softmax) failing the same test;
 - bitsandbytes 4-bit: identical to the quantized model's own `generate()` for every strategy; 8-bit:
-  identical, or differing only at a near-tie inside LLM.int8's batch noise (the known limit: it picks
-  outlier columns from all tokens of a forward, so a forward's batch changes its logits).
+  identical, or differing only at a near-tie inside LLM.int8's batch noise (the known limit: its logits
+  depend on the other tokens of a forward, so a prefill or a verify of several tokens is not the
+  one-token steps `generate()` takes).
 """
 
 from __future__ import annotations

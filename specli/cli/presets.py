@@ -18,6 +18,7 @@ from specli.drafters.table import Strategy
 from specli.errors import SpecliError
 from specli.models.memory import PLAN_CONTEXT, human, preset_context, preset_estimate
 from specli.presets import PresetEntry, load_preset_file, preset_entries, preset_to_dict, resolve_preset
+from specli.readiness import Memory, free_memory, readiness
 
 
 def _origin(entry: PresetEntry) -> str:
@@ -27,13 +28,14 @@ def _origin(entry: PresetEntry) -> str:
     return "user (shadows shipped)" if entry.shadows is not None else "user"
 
 
-def _preset_row(entry: PresetEntry) -> list[str]:
+def _preset_row(entry: PresetEntry, free: Memory) -> list[str]:
     name, origin = escape(entry.name), escape(_origin(entry))
     try:
         p = load_preset_file(entry.path)
     except SpecliError as e:
-        return [name, origin, "[red]invalid[/]", escape(str(e).splitlines()[0]), "", "", ""]
-
+        return [name, origin, "[red]invalid[/]", escape(str(e).splitlines()[0]), "", "", "", ""]
+    estimate = preset_estimate(p)
+    ready = readiness(p, estimate, free)
     return [
         name,
         origin,
@@ -41,7 +43,8 @@ def _preset_row(entry: PresetEntry) -> list[str]:
         p.target.model,
         _drafter_label(p),
         p.target.quantization,
-        human(preset_estimate(p)),
+        human(estimate),
+        "[green]yes[/]" if ready.runs else escape(ready.label()),
     ]
 
 
@@ -53,12 +56,21 @@ def _drafter_label(p: Any) -> str:
     return p.draft.model if p.draft else ""
 
 
-def _preset_json(preset: Any) -> dict[str, Any]:
-    """preset_to_dict plus the memory estimate (bytes, or None when a model's architecture is unknown)."""
+def _preset_json(preset: Any, free: Memory | None = None) -> dict[str, Any]:
+    """preset_to_dict plus the memory estimate (bytes, or None when a model's architecture is unknown)
+    and, with `free`, whether it runs here: runs_here, needs (what is missing), memory_fits (None when
+    unknown), free_memory_bytes and memory_device ("gpu" or "cpu")."""
 
     data = preset_to_dict(preset)
     data["estimated_memory_bytes"] = preset_estimate(preset, PLAN_CONTEXT)
     data["estimated_memory_context"] = preset_context(preset, PLAN_CONTEXT)  # what the estimate holds
+    if free is not None:
+        ready = readiness(preset, data["estimated_memory_bytes"], free)
+        data["runs_here"] = ready.runs
+        data["needs"] = [need.text for need in ready.needs]
+        data["memory_fits"] = ready.fits
+        data["free_memory_bytes"] = free.free_bytes
+        data["memory_device"] = free.device
     return data
 
 
@@ -77,34 +89,39 @@ def presets_list(as_json: JsonOpt = False, debug: DebugOpt = False) -> None:
 
     with user_errors(debug):
         found = preset_entries()
+        free = free_memory()
         if as_json:
             out = []
             for entry in found:
                 origin = {"user": entry.user, "shadows": str(entry.shadows) if entry.shadows else None}
                 try:
-                    out.append(_preset_json(load_preset_file(entry.path)) | origin)
+                    out.append(_preset_json(load_preset_file(entry.path), free) | origin)
                 except SpecliError as e:
                     out.append({"name": entry.name, "source": str(entry.path), "error": str(e)} | origin)
             typer.echo(json.dumps(out, indent=2))
             return
-        columns = ("name", "from", "strategy", "target", "drafter", "quant", "memory")
-        table = Table(*columns, title="specli presets", caption=_user_caption(found))
+        columns = ("name", "from", "strategy", "target", "drafter", "quant", "memory", "runs here")
+        table = Table(*columns, title="specli presets", caption=_caption(found, free))
         for column in table.columns:
             column.overflow = "fold"
-        table.columns[0].no_wrap = True
+        table.columns[0].no_wrap = table.columns[1].no_wrap = True
         for entry in found:
-            table.add_row(*_preset_row(entry))
+            table.add_row(*_preset_row(entry, free))
         out = Console()
         (out if out.is_terminal else Console(width=150)).print(table)
 
 
-def _user_caption(entries: list[PresetEntry]) -> str | None:
-    """The folders the user presets came from (None without any), and what shadowing means."""
+def _caption(entries: list[PresetEntry], free: Memory) -> str:
+    """What 'runs here' compared with, and the folders the user presets came from (and what shadowing
+    means)."""
+    lines = [f"runs here: its models are here and its estimate fits ({free.label()})"]
     folders = list(dict.fromkeys(str(e.path.parent) for e in entries if e.user))
-    if not folders:
-        return None
-    shadow = "; a user preset replaces the shipped one of its name" if any(e.shadows for e in entries) else ""
-    return escape(f"user presets from {', '.join(folders)}{shadow}")
+    if folders:
+        shadow = (
+            "; a user preset replaces the shipped one of its name" if any(e.shadows for e in entries) else ""
+        )
+        lines.append(f"user presets from {', '.join(folders)}{shadow}")
+    return escape("\n".join(lines))
 
 
 @presets_app.command("show", cls=Command)

