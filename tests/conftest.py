@@ -5,7 +5,11 @@ Everything is saved with `save_pretrained` so tests load through the same path u
 
 from __future__ import annotations
 
+import json
 import socket
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -124,3 +128,39 @@ def no_network(monkeypatch):
 
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+# Each case through the console entry point in one fresh interpreter (one start-up for all): its exit
+# code, what it printed on stderr, and whether torch or transformers was imported by then.
+_CLI_CASES = textwrap.dedent(
+    """
+    import contextlib, io, json, sys
+    from specli.cli import main
+    report = []
+    for args in json.loads(sys.argv[1]):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            try:
+                main(args)
+                code = 0
+            except SystemExit as e:
+                code = e.code
+        heavy = [m for m in ("torch", "transformers") if m in sys.modules]
+        report.append({"code": code, "stderr": err.getvalue(), "heavy": heavy})
+    print(json.dumps(report))
+    """
+)
+
+
+def run_cli_cases(cases: list[list[str]], cwd: Path, env: dict[str, str] | None = None) -> list[dict]:
+    """[{"code", "stderr", "heavy"}] for each argument list, run by `specli.cli.main` in one subprocess."""
+    result = subprocess.run(
+        [sys.executable, "-c", _CLI_CASES, json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])

@@ -7,50 +7,14 @@ exit 2, one or two plain lines, and neither torch nor transformers imported. cli
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
 
 import pytest
+from conftest import run_cli_cases
 from typer.testing import CliRunner
 
 from specli.cli import app
 from specli.cli.options import GenerationOptions, ModelOptions, check_before_loading
 from specli.errors import UsageError
-
-# Runs each case through the console entry point in one fresh interpreter (one start-up for all) and
-# reports, for each, the exit code, what it printed on stderr and whether torch or transformers was
-# imported by then.
-SCRIPT = textwrap.dedent(
-    """
-    import contextlib, io, json, sys
-    from specli.cli import main
-    report = []
-    for args in json.loads(sys.argv[1]):
-        err = io.StringIO()
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            try:
-                main(args)
-                code = 0
-            except SystemExit as e:
-                code = e.code
-        heavy = [m for m in ("torch", "transformers") if m in sys.modules]
-        report.append({"code": code, "stderr": err.getvalue(), "heavy": heavy})
-    print(json.dumps(report))
-    """
-)
-
-
-def run_cases(cases: list[list[str]], cwd) -> list[dict]:
-    result = subprocess.run(
-        [sys.executable, "-c", SCRIPT, json.dumps(cases)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-    )
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def test_model_option_errors_come_before_torch_is_imported(tmp_path):
@@ -77,7 +41,7 @@ def test_model_option_errors_come_before_torch_is_imported(tmp_path):
             ["explain", "hi", "--target", str(short), "--draft", absent, "--strategy", "draft"],
         ),
     ]
-    reports = run_cases([args for _, args in cases], tmp_path)
+    reports = run_cli_cases([args for _, args in cases], tmp_path)
     for (needle, args), report in zip(cases, reports, strict=True):
         assert report["code"] == 2, (args, report)
         assert needle in report["stderr"], (args, report["stderr"])

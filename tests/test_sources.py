@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import make_model
+from conftest import make_model, run_cli_cases
 from gguf_files import hub_cache, ollama_store, write_gguf
 
 from specli import export
@@ -164,26 +161,6 @@ def test_the_identity_follows_the_content(tiny_gguf, tmp_path):
     assert gguf_file.identity(gguf_file.read_header(copy)) != key
 
 
-CLI = textwrap.dedent(
-    """
-    import contextlib, io, json, sys
-    from specli.cli import main
-    report = []
-    for args in json.loads(sys.argv[1]):
-        err = io.StringIO()
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            try:
-                main(args)
-                code = 0
-            except SystemExit as e:
-                code = e.code
-        heavy = [m for m in ("torch", "transformers") if m in sys.modules]
-        report.append({"code": code, "stderr": err.getvalue(), "heavy": heavy})
-    print(json.dumps(report))
-    """
-)
-
-
 def test_the_cli_refuses_a_bad_gguf_before_torch(tiny_gguf, tmp_path):
     """generate, bench and train: exit 2, the problem and its fix in two lines, torch never imported;
     -k is checked against the context in the file's header. Caught: GGUF names passed through to the
@@ -210,16 +187,8 @@ def test_the_cli_refuses_a_bad_gguf_before_torch(tiny_gguf, tmp_path):
     }
     (tmp_path / "m-00001-of-00002.gguf").write_bytes(tiny_gguf.read_bytes())
     env = {"OLLAMA_MODELS": str(env_store), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    run = subprocess.run(
-        [sys.executable, "-c", CLI, json.dumps([list(c) for c in cases])],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=tmp_path,
-    )
-    assert run.returncode == 0, run.stderr
-    for (args, expected), got in zip(cases.items(), json.loads(run.stdout), strict=True):
+    reports = run_cli_cases([list(c) for c in cases], tmp_path, env)
+    for (args, expected), got in zip(cases.items(), reports, strict=True):
         lines = got["stderr"].strip().splitlines()
         assert got["code"] == 2 and expected in got["stderr"] and len(lines) <= 2, (args, got)
         assert got["heavy"] == [], (args, got)

@@ -7,35 +7,11 @@ number ("1 document")."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
 
-from conftest import CORPUS
+from conftest import CORPUS, run_cli_cases
 from typer.testing import CliRunner
 
 from specli.cli import app
-
-# Every case through the console entry point in one fresh interpreter (one start-up for all): the exit
-# code, stderr, and whether torch or transformers was imported by then.
-SCRIPT = textwrap.dedent(
-    """
-    import contextlib, io, json, sys
-    from specli.cli import main
-    report = []
-    for args in json.loads(sys.argv[1]):
-        err = io.StringIO()
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            try:
-                main(args)
-                code = 0
-            except SystemExit as e:
-                code = e.code
-        heavy = [m for m in ("torch", "transformers") if m in sys.modules]
-        report.append({"code": code, "stderr": err.getvalue(), "heavy": heavy})
-    print(json.dumps(report))
-    """
-)
 
 TARGET = "embedded:tiny-target"
 OK = ["--target", TARGET, "--data", "stdlib"]  # a new run's sources, fine on their own
@@ -69,15 +45,7 @@ def test_usage_errors_come_before_torch_is_imported(tmp_path):
     for words, _ in EARLY.values():
         where = str(busy) if "@busy" in words else str(out)
         cases.append(["train", "eagle3", *[w for w in words if w != "@busy"], "--out", where])
-    result = subprocess.run(
-        [sys.executable, "-c", SCRIPT, json.dumps(cases)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr
-    reports = json.loads(result.stdout.strip().splitlines()[-1])
+    reports = run_cli_cases(cases, tmp_path)
     for (case, (_, message)), report in zip(EARLY.items(), reports, strict=True):
         lines = report["stderr"].strip().splitlines()
         assert report["code"] == 2, (case, report)
