@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # llama.cpp's llama-server beside specli, on the embedded pair (docs/performance.md: "Against llama.cpp").
 #
-#   sh scripts/llama_cpp.sh build     # llama-server from source + the embedded pair as GGUF (~20 min, 2 cores)
-#   sh scripts/llama_cpp.sh serve     # llama-server on 127.0.0.1:8090 with the drafter (draft-simple)
-#   sh scripts/llama_cpp.sh bench     # one `specli bench` run: specli's strategies beside llama-server
+#   bash scripts/llama_cpp.sh build     # llama-server from source + the embedded pair as GGUF (~20 min, 2 cores)
+#   bash scripts/llama_cpp.sh serve     # llama-server on 127.0.0.1:8090 with the drafter (draft-simple)
+#   bash scripts/llama_cpp.sh bench     # one `specli bench` run: specli's strategies beside llama-server
 #                                     # plain, with its draft model and with its n-gram drafting
+#   bash scripts/llama_cpp.sh bench-real smollm2-135m|gemma3-270m [specli bench options]
+#                                     # a real model's preset beside llama-server plain and with n-gram
+#                                     # drafting, both serving the very GGUF file the preset dequantizes
 #
 # llama.cpp's source (tools/server, convert_hf_to_gguf.py, conversion/, gguf-py) comes vendored in the
 # llama-cpp-python 0.3.36 source distribution on PyPI; cmake and g++ build it. Nothing is committed from
@@ -33,8 +36,12 @@ build() {
     tar xzf "$LLAMA_DIR/llama_cpp_python-$VERSION.tar.gz" -C "$LLAMA_DIR"
   fi
   if [ ! -x "$SERVER" ]; then
+    # No AMX: this CPU lists amx_int8 but the VM traps its tile instructions ("Illegal instruction" in
+    # ggml's tinygemm_kernel_amx on the first quantized matmul), so -march=native goes without it.
+    local no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
     cmake -S "$SRC" -B "$SRC/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF \
-      -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON
+      -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON \
+      -DCMAKE_C_FLAGS="$no_amx" -DCMAKE_CXX_FLAGS="$no_amx"
     cmake --build "$SRC/build" --target llama-server -j "$(nproc)"
   fi
   "$PY" -m pip install -q "$SRC/gguf-py" sentencepiece  # the converter's own dependencies
@@ -49,32 +56,57 @@ serve() {  # $1: extra llama-server arguments (the drafting mode)
     --metrics --no-webui "$@"
 }
 
-bench() {  # three llama-servers in turn: plain, with the drafter, with n-gram drafting
-  # ngram-simple drafts --spec-ngram-simple-size-m tokens after an n-token match (defaults 48 and 12);
-  # set to specli lookup's n-gram 3 and k 4. --spec-draft-n-max does not apply to it.
-  local modes=("plain:" "draft:-md $GGUF/tiny-draft.gguf --spec-type draft-simple --spec-draft-n-max 4"
-    "ngram:--spec-type ngram-simple --spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 4")
-  local endpoints=() port=$PORT
-  PIDS=()  # global: the EXIT trap runs after this function returns
-  for mode in "${modes[@]}"; do
+start_servers() {  # $1: the GGUF file, $2: context, then "name:llama-server arguments" per server
+  # Sets ENDPOINTS (bench's --endpoint options); the servers stop when the script exits.
+  local file=$1 context=$2 port=$PORT; shift 2
+  ENDPOINTS=(); PIDS=()  # global: the EXIT trap runs after this function returns
+  for mode in "$@"; do
     name=${mode%%:*}; args=${mode#*:}
     # shellcheck disable=SC2086
-    "$SERVER" -m "$GGUF/tiny-target.gguf" --host 127.0.0.1 --port "$port" -t "$THREADS" -c 2048 \
+    "$SERVER" -m "$file" --host 127.0.0.1 --port "$port" -t "$THREADS" -c "$context" \
       --metrics --no-webui $args > "$LLAMA_DIR/server-$name.log" 2>&1 &
     PIDS+=($!)
-    endpoints+=(--endpoint "llama-server $name=http://127.0.0.1:$port/v1")
+    ENDPOINTS+=(--endpoint "llama-server $name=http://127.0.0.1:$port/v1")
     port=$((port + 1))
   done
   trap 'kill "${PIDS[@]}" 2>/dev/null || true' EXIT
-  for p in $(seq "$PORT" $((port - 1))); do  # wait until each answers
-    for _ in $(seq 60); do curl -sf "http://127.0.0.1:$p/health" >/dev/null && break; sleep 1; done
+  local i=0
+  for p in $(seq "$PORT" $((port - 1))); do  # wait until each answers (a real model loads in seconds)
+    for _ in $(seq 120); do
+      curl -sf "http://127.0.0.1:$p/health" >/dev/null && break
+      kill -0 "${PIDS[$i]}" 2>/dev/null || { echo "llama-server on port $p exited: see $LLAMA_DIR/server-*.log" >&2; break; }
+      sleep 1
+    done
+    i=$((i + 1))
   done
-  specli bench --strategy draft --strategy lookup "${endpoints[@]}" --threads "$THREADS" "$@"
+}
+
+bench() {  # three llama-servers in turn: plain, with the drafter, with n-gram drafting
+  # ngram-simple drafts --spec-ngram-simple-size-m tokens after an n-token match (defaults 48 and 12);
+  # set to specli lookup's n-gram 3 and k 4. --spec-draft-n-max does not apply to it.
+  start_servers "$GGUF/tiny-target.gguf" 2048 "plain:" \
+    "draft:-md $GGUF/tiny-draft.gguf --spec-type draft-simple --spec-draft-n-max 4" \
+    "ngram:--spec-type ngram-simple --spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 4"
+  specli bench --strategy draft --strategy lookup "${ENDPOINTS[@]}" --threads "$THREADS" "$@"
+}
+
+bench_real() {  # $1: a packaged model's preset; llama-server plain and with n-gram drafting on its file
+  # The file is the package's own GGUF (SmolLM2: Q4_1), which specli dequantizes to --dtype; llama.cpp
+  # computes on the quantized blocks. --jinja: the file's own chat template (SmolLM2's adds its default
+  # system message, as transformers' does). n-gram: specli lookup's longest n-gram (3) and k (16).
+  local model=$1; shift
+  local file
+  file=$("$PY" -c 'import sys; from specli.models.packaged import packaged_gguf; print(packaged_gguf(sys.argv[1]))' "$model")
+  start_servers "$file" 4096 "plain:--jinja" \
+    "ngram:--jinja --spec-type ngram-simple --spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 16"
+  specli bench --preset "$model" --strategy lookup "${ENDPOINTS[@]}" --threads "$THREADS" "$@"
 }
 
 case "${1:-}" in
   build) build ;;
   serve) shift; serve -md "$GGUF/tiny-draft.gguf" --spec-type draft-simple --spec-draft-n-max 4 "$@" ;;
   bench) shift; bench "$@" ;;
-  *) echo "usage: sh scripts/llama_cpp.sh build|serve|bench [specli bench options]" >&2; exit 2 ;;
+  bench-real) shift; bench_real "$@" ;;
+  *) echo "usage: bash scripts/llama_cpp.sh build|serve|bench|bench-real MODEL [specli bench options]" >&2
+     exit 2 ;;
 esac
