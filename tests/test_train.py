@@ -370,6 +370,41 @@ def test_regenerate_trains_on_the_targets_greedy_answers_and_caches_them(files, 
     assert again["generated_now"] == 0 and again["from_cache"] == 4
 
 
+def test_regenerate_answers_prompts_and_keeps_text_records_as_written(files, tmp_path, monkeypatch):
+    """A JSONL mixing prompts with text: --regenerate answers only the prompts; the text records train
+    as written (catches text continued or rewritten by the target, text dropped from the stream); a file
+    of text records alone is refused with --regenerate (exit 2, before any weights load)."""
+    monkeypatch.setenv("SPECLI_CACHE_DIR", str(tmp_path / "cache"))
+    mixed = tmp_path / "mixed.jsonl"
+    texts = ["def sub(a, b):\n    return a - b\n", "import sys\nprint(sys.argv)\n"]
+    records = [{"prompt": "def add(a, b):"}, {"text": texts[0]}, {"prompt": "class Stack:"}, {"text": texts[1]}]
+    mixed.write_text("".join(json.dumps(r) + "\n" for r in records))
+    seen: list[list[int]] = []
+    real_stream = data.token_stream
+
+    def spy(documents, eos):
+        seen.extend(list(d) for d in documents)
+        return real_stream(documents, eos)
+
+    monkeypatch.setattr(data, "token_stream", spy)
+    target = files["chat_target"]
+    args = ["draft", "--target", str(target), "--init", str(target), "--data", str(mixed), "--regenerate"]
+    args += ["--quick", "--context", "16", "--regenerate-tokens", "8", "--eval-count", "0"]
+    train(*args, "--out", str(tmp_path / "run"))
+    regenerated = json.loads((tmp_path / "run" / "training.json").read_text())["data"]["regenerated"]
+    assert regenerated["prompts"] == 2 and regenerated["generated_now"] == 2
+    assert regenerated["texts_as_written"] == 2
+    tok = build_tokenizer()
+    for text in texts:
+        assert tok(text, add_special_tokens=False)["input_ids"] in seen
+
+    only_text = tmp_path / "text.jsonl"
+    only_text.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    args[args.index(str(mixed))] = str(only_text)
+    result = train(*args, "--out", str(tmp_path / "refused"), code=2)
+    assert "holds only text records" in result.output and "Traceback" not in result.output
+
+
 # --------------------------------------------------------------------------- bad input
 
 

@@ -294,9 +294,11 @@ def check(start: Start) -> Checked:
     init_folder, init_tokenizer, init_head = _check_init(recipe, folder, config, tokenizer, session)
     dataset = data.read_data(recipe.data)
     if recipe.regenerate and not dataset.prompts:
+        what = "holds only text records" if dataset.kind == "jsonl" else f"is a {dataset.kind} of documents"
         raise UsageError(
-            f"--regenerate needs prompts to answer; '{recipe.data}' is a {dataset.kind} of documents.",
-            "Give a JSONL file or a bundled prompt set (code, chat), or drop --regenerate.",
+            f"--regenerate needs prompts to answer; '{recipe.data}' {what}.",
+            'Give JSONL with {"prompt": ...} or {"messages": [...]} records or a bundled prompt set '
+            "(code, chat), or drop --regenerate.",
         )
     eval_source = _eval_source(session, tokenizer)
     prompts = _read_eval_prompts(eval_source, session.eval_count)
@@ -423,7 +425,11 @@ def token_ids(
     r, tok, ds = checked.recipe, checked.tokenizer, checked.dataset
     if not r.regenerate:
         return data.encode_texts(tok, ds.train), data.encode_texts(tok, ds.validation), {}
-    documents = ds.train + ds.validation
+    # Prompts and chats are answered; text records train as written (data.answerable).
+    documents = [d for d in ds.train + ds.validation if data.answerable(d)]
+    train_texts = data.encode_texts(tok, [d for d in ds.train if not data.answerable(d)])
+    valid_texts = data.encode_texts(tok, [d for d in ds.validation if not data.answerable(d)])
+    answered_train = sum(1 for d in ds.train if data.answerable(d))
     prompts = [data.prompt_ids(d, tok) for d in documents]
     keep = set(regenerate.fitting_prompts(prompts, pair.max_positions))
     prompts = [p for i, p in enumerate(prompts) if i in keep]
@@ -441,11 +447,12 @@ def token_ids(
         answers, generated = regenerate.answer_all(prompts, respond, cache, counted.advance)
     ids = [p + a for p, a in zip(prompts, answers, strict=True)]
     kept = [i for i in range(len(documents)) if i in keep]
-    train = [ids[j] for j, i in enumerate(kept) if i < len(ds.train)]
-    validation = [ids[j] for j, i in enumerate(kept) if i >= len(ds.train)]
+    train = [ids[j] for j, i in enumerate(kept) if i < answered_train] + train_texts
+    validation = [ids[j] for j, i in enumerate(kept) if i >= answered_train] + valid_texts
     info = {
         "prompts": len(prompts),
         "skipped": len(documents) - len(prompts),
+        "texts_as_written": len(train_texts) + len(valid_texts),
         "generated_now": generated,
         "from_cache": len(prompts) - generated,
         "max_new_tokens": r.regenerate_tokens,

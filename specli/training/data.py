@@ -12,8 +12,9 @@ Sources (`--data`):
 - `stdlib`: the running interpreter's standard library sources (the embedded tiny pair's corpus, with
   its own train/validation split).
 
-With --regenerate the target writes the answer to every record first (specli.training.regenerate); a
-folder or stdlib has no prompts to answer.
+With --regenerate the target writes the answer to every prompt and chat record first
+(specli.training.regenerate); text records are trained on as written; a folder or stdlib has no
+prompts to answer.
 """
 
 from __future__ import annotations
@@ -66,7 +67,9 @@ class DataSet:
 
     @property
     def prompts(self) -> bool:
-        return self.kind in ("jsonl", "set")
+        """Whether --regenerate has something to answer: a prompt or chat record (text records are
+        trained on as they are written)."""
+        return self.kind in ("jsonl", "set") and any(answerable(d) for d in self.train + self.validation)
 
     def without(self, texts: Sequence[str]) -> DataSet:
         """The same data without the documents whose prompt text is one of `texts` (held out)."""
@@ -237,10 +240,16 @@ def render(doc: Document, tokenizer: Any) -> list[int]:
     return list(tokenizer(doc.text, add_special_tokens=False)["input_ids"])
 
 
+def answerable(doc: Document) -> bool:
+    """Whether --regenerate lets the target answer `doc`: prompts and chats; a text record is data to
+    continue as written (code, documentation), never rewritten by the target."""
+    return doc.kind in ("prompt", "chat")
+
+
 def prompt_ids(doc: Document, tokenizer: Any) -> list[int]:
     """The ids the target answers with --regenerate: a chat up to its last non-assistant turn with the
     generation prompt; a prompt as generate encodes it (chat template when there is one); text with the
-    tokenizer's special tokens (a continuation)."""
+    tokenizer's special tokens (a continuation; `token_ids` keeps text records as written)."""
     if doc.kind == "chat":
         turns = list(doc.messages)
         while turns and turns[-1]["role"] == "assistant":
