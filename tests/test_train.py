@@ -377,7 +377,8 @@ def test_regenerate_answers_prompts_and_keeps_text_records_as_written(files, tmp
     monkeypatch.setenv("SPECLI_CACHE_DIR", str(tmp_path / "cache"))
     mixed = tmp_path / "mixed.jsonl"
     texts = ["def sub(a, b):\n    return a - b\n", "import sys\nprint(sys.argv)\n"]
-    records = [{"prompt": "def add(a, b):"}, {"text": texts[0]}, {"prompt": "class Stack:"}, {"text": texts[1]}]
+    records = [{"prompt": "def add(a, b):"}, {"text": texts[0]}, {"prompt": "class Stack:"}]
+    records.append({"text": texts[1]})
     mixed.write_text("".join(json.dumps(r) + "\n" for r in records))
     seen: list[list[int]] = []
     real_stream = data.token_stream
