@@ -142,3 +142,25 @@ def test_the_checker_catches_a_broken_file_link_and_a_broken_anchor(tmp_path):
         "page.md: #there (no heading #there in page.md)",
         "page.md: other.md#part-two-2 (no heading #part-two-2 in other.md)",
     ]
+
+
+def test_the_real_model_tables_are_the_committed_reports():
+    """docs/performance.md's real-model tables are what scripts/real_tables.py prints from the JSON
+    reports in docs/bench-real/, row for row, and the README's rows carry the same figures (catches a
+    figure edited by hand or a rerun whose reports were not committed)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("real_tables", ROOT / "scripts" / "real_tables.py")
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    folder = ROOT / "docs" / "bench-real"
+    performance = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+    printed = (tables.plain_table(folder) + "\n" + tables.lookup_table(folder)).splitlines()
+    assert len(printed) == 2 + 8 + 2 + 4  # every report there: 8 plain runs, 4 lookup runs
+    for row in printed:
+        assert row in performance, row
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for row in tables.lookup_table(folder).splitlines()[2:]:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        plain, lookup = cells[2], cells[3].split(" ")[0]
+        assert f"| {cells[1]} | {plain} | **{lookup}** (" in readme, row

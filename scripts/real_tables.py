@@ -1,0 +1,106 @@
+"""The real models' tables in docs/performance.md and the README, printed as Markdown from the JSON
+reports `scripts/real_bench.sh` writes (docs/bench-real/), so every figure there can be traced to a run.
+
+    python scripts/real_tables.py [docs/bench-real]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+DOCS_MODE = "prompt lookup (transformers docs: 10 tokens)"
+MODELS = {"smollm2-135m": "SmolLM2-135M-Instruct", "gemma3-270m": "Gemma 3 270M"}
+
+
+def _load(folder: Path, name: str) -> dict | None:
+    path = folder / f"{name}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _tps(row: dict | None) -> float | None:
+    return row["tokens_per_second"] if row else None
+
+
+def _f(x: float | None, digits: int = 1) -> str:
+    return "–" if x is None else f"{x:.{digits}f}"
+
+
+def endpoint_tps(report: dict, name: str) -> float | None:
+    """Completion tokens over wall time, summed over an endpoint's counted runs (as bench's overall row)."""
+    runs = [r for r in report.get("endpoint_runs", []) if r["endpoint"] == name]
+    if not runs:
+        return None
+    return sum(r["completion_tokens"] for r in runs) / sum(r["elapsed_s"] for r in runs)
+
+
+def endpoint_acceptance(report: dict, name: str) -> float | None:
+    drafted = accepted = 0
+    for r in report.get("endpoint_runs", []):
+        if r["endpoint"] == name:
+            s = r.get("speculation") or {}
+            drafted += s.get("draft_tokens") or 0
+            accepted += s.get("accepted_tokens") or 0
+    return accepted / drafted if drafted else None
+
+
+def plain_table(folder: Path) -> str:
+    lines = [
+        "| model | dtype | threads | specli tok/s | transformers `generate()` tok/s "
+        "| specli / transformers |",
+        "|---|---|---|---|---|---|",
+    ]
+    for model, title in MODELS.items():
+        for dtype in ("float32", "bfloat16"):
+            for threads in (1, 2):
+                report = _load(folder, f"{model}-plain-{dtype}-t{threads}")
+                if report is None:
+                    continue
+                ours = _tps(report["summary"]["overall"]["none"])
+                theirs = _tps(report["transformers"].get("plain"))
+                ratio = f"{ours / theirs:.2f}×" if ours and theirs else "–"
+                lines.append(f"| {title} | {dtype} | {threads} | {_f(ours)} | {_f(theirs)} | {ratio} |")
+    return "\n".join(lines)
+
+
+def lookup_table(folder: Path) -> str:
+    lines = [
+        "| model | threads | specli plain | specli lookup (speedup; α, τ) | transformers plain | "
+        "transformers prompt lookup (k 16 / its docs' 10) | llama-server plain "
+        "| llama-server n-gram (acc. rate) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for model, title in MODELS.items():
+        for threads in (1, 2):
+            report = _load(folder, f"{model}-lookup-llama-t{threads}")
+            if report is None:
+                continue
+            overall = report["summary"]["overall"]
+            plain, lookup = overall["none"], overall.get("lookup")
+            hf = report.get("transformers", {})
+            lk = "–"
+            if lookup:
+                speedup = lookup["tokens_per_second"] / plain["tokens_per_second"]
+                lk = f"{lookup['tokens_per_second']:.1f} ({speedup:.2f}×; "
+                lk += f"{lookup['accept_prob']:.2f}, {lookup['mean_acceptance_length']:.2f})"
+            acc = endpoint_acceptance(report, "llama-server ngram")
+            ngram = _f(endpoint_tps(report, "llama-server ngram"))
+            ngram += f" ({acc:.2f})" if acc is not None else ""
+            hf_lookup = f"{_f(_tps(hf.get('prompt lookup')))} / {_f(_tps(hf.get(DOCS_MODE)))}"
+            llama_plain = _f(endpoint_tps(report, "llama-server plain"))
+            lines.append(
+                f"| {title} | {threads} | {_f(_tps(plain))} | {lk} | {_f(_tps(hf.get('plain')))} | "
+                f"{hf_lookup} | {llama_plain} | {ngram} |"
+            )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    folder = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/bench-real")
+    print(plain_table(folder), end="\n\n")
+    print(lookup_table(folder))
+
+
+if __name__ == "__main__":
+    main()
