@@ -260,15 +260,36 @@ def test_importing_the_cli_does_not_load_torch_and_openmp_is_left_alone(monkeypa
     assert "OMP_WAIT_POLICY" not in os.environ
 
 
+def test_busy_probe_subtracts_this_process_from_the_machine(monkeypatch):
+    """The probe's arithmetic on fixed counters: cores busy on the whole machine (jiffies busy / total,
+    times the CPUs) minus this process's CPU seconds per wall second, never below 0 (catches this
+    process counted as another's, a window or CPU count left out)."""
+    from specli import threads
+
+    probe = threads.BusyProbe(start_wall=time.monotonic() - 1.0, start_own=10.0, start_jiffies=(1000, 4000))
+    monkeypatch.setattr(threads, "cpu_count", lambda: 2)
+    monkeypatch.setattr(threads, "_busy_jiffies", lambda: (1150, 4200))  # 75 % of 2 CPUs: 1.5 cores
+    monkeypatch.setattr(threads, "_own_cpu_seconds", lambda: 11.0)  # this process: 1 core of them
+    assert probe.other_cores() == pytest.approx(0.5, abs=0.02)
+    monkeypatch.setattr(threads, "_busy_jiffies", lambda: (1100, 4200))  # only this process was busy
+    assert probe.other_cores() == pytest.approx(0.0, abs=0.02)
+    monkeypatch.setattr(threads, "_busy_jiffies", lambda: (1000, 4000))  # no time passed: cannot tell
+    assert probe.other_cores() is None
+
+
 def test_busy_probe_counts_other_processes_not_this_one():
-    """A busy loop here is this process's own time: the probe must not count it as another's; a busy
-    child process is another's."""
+    """On the real /proc: a busy loop here is this process's own time, so the probe counts no more than
+    the other processes already used while this one slept (plus noise); a busy child process is
+    another's. Work elsewhere on the machine (a training run) raises both windows alike."""
+    probe = BusyProbe()
+    time.sleep(0.3)
+    baseline = probe.other_cores()
     probe = BusyProbe()
     end = time.monotonic() + 0.3
     while time.monotonic() < end:
         pass
     own = probe.other_cores()
-    assert own is not None and own < 0.7
+    assert baseline is not None and own is not None and own < baseline + 0.7
     spin = "import time\nprint(flush=True)\nend = time.time() + 1.0\nwhile time.time() < end: pass"
     child = subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE)
     child.stdout.readline()  # it is spinning now
