@@ -163,4 +163,4 @@ def test_the_real_model_tables_are_the_committed_reports():
     for row in tables.lookup_table(folder).splitlines()[2:]:
         cells = [c.strip() for c in row.strip("|").split("|")]
         plain, lookup = cells[2], cells[3].split(" ")[0]
-        assert f"| {cells[1]} | {plain} | **{lookup}** (" in readme, row
+        assert f"| {cells[1]} | {plain} | {lookup} (" in readme, row
