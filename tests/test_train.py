@@ -338,6 +338,18 @@ def test_data_formats(tmp_path, files, tokenizer):
     assert stream.tolist() == ids[0] + [0] + ids[1] + [0]
 
 
+def regenerate_args(target: Path, data_file: Path) -> list[str]:
+    """A quick `train draft --regenerate` of `target` (its own init) on `data_file`, no measurement."""
+    args = ["draft", "--target", str(target), "--init", str(target), "--data", str(data_file), "--regenerate"]
+    return args + ["--quick", "--context", "16", "--regenerate-tokens", "8", "--eval-count", "0"]
+
+
+def regenerated_by(args: list[str], out: Path) -> dict:
+    """Run `train` into `out` and return its training.json's data.regenerated record."""
+    train(*args, "--out", str(out))
+    return json.loads((out / "training.json").read_text())["data"]["regenerated"]
+
+
 def test_regenerate_trains_on_the_targets_greedy_answers_and_caches_them(files, tmp_path, monkeypatch):
     """--regenerate: every chat prompt answered by the target, greedy (== transformers' generate of the
     prompt rendered through the chat template); a rerun reads the cache and never generates (catches
@@ -349,10 +361,8 @@ def test_regenerate_trains_on_the_targets_greedy_answers_and_caches_them(files, 
         "".join(json.dumps({"messages": [{"role": "user", "content": q}]}) + "\n" for q in questions)
     )
     target = files["chat_target"]
-    args = ["draft", "--target", str(target), "--init", str(target), "--data", str(chats), "--regenerate"]
-    args += ["--quick", "--context", "16", "--regenerate-tokens", "8", "--eval-count", "0"]
-    train(*args, "--out", str(tmp_path / "one"))
-    regenerated = json.loads((tmp_path / "one" / "training.json").read_text())["data"]["regenerated"]
+    args = regenerate_args(target, chats)
+    regenerated = regenerated_by(args, tmp_path / "one")
     assert regenerated["generated_now"] == 4 and regenerated["from_cache"] == 0
     tok = build_tokenizer()
     tok.chat_template = CHAT_TEMPLATE
@@ -365,8 +375,7 @@ def test_regenerate_trains_on_the_targets_greedy_answers_and_caches_them(files, 
         raise AssertionError("the target generated again")
 
     monkeypatch.setattr(specli.pair.Pair, "generate", refuse)
-    train(*args, "--out", str(tmp_path / "two"))
-    again = json.loads((tmp_path / "two" / "training.json").read_text())["data"]["regenerated"]
+    again = regenerated_by(args, tmp_path / "two")
     assert again["generated_now"] == 0 and again["from_cache"] == 4
 
 
@@ -388,11 +397,8 @@ def test_regenerate_answers_prompts_and_keeps_text_records_as_written(files, tmp
         return real_stream(documents, eos)
 
     monkeypatch.setattr(data, "token_stream", spy)
-    target = files["chat_target"]
-    args = ["draft", "--target", str(target), "--init", str(target), "--data", str(mixed), "--regenerate"]
-    args += ["--quick", "--context", "16", "--regenerate-tokens", "8", "--eval-count", "0"]
-    train(*args, "--out", str(tmp_path / "run"))
-    regenerated = json.loads((tmp_path / "run" / "training.json").read_text())["data"]["regenerated"]
+    args = regenerate_args(files["chat_target"], mixed)
+    regenerated = regenerated_by(args, tmp_path / "run")
     assert regenerated["prompts"] == 2 and regenerated["generated_now"] == 2
     assert regenerated["texts_as_written"] == 2
     tok = build_tokenizer()

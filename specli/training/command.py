@@ -426,10 +426,10 @@ def token_ids(
     if not r.regenerate:
         return data.encode_texts(tok, ds.train), data.encode_texts(tok, ds.validation), {}
     # Prompts and chats are answered; text records train as written (data.answerable).
-    documents = [d for d in ds.train + ds.validation if data.answerable(d)]
+    asked = [d for d in ds.train if data.answerable(d)]
+    documents = asked + [d for d in ds.validation if data.answerable(d)]
     train_texts = data.encode_texts(tok, [d for d in ds.train if not data.answerable(d)])
     valid_texts = data.encode_texts(tok, [d for d in ds.validation if not data.answerable(d)])
-    answered_train = sum(1 for d in ds.train if data.answerable(d))
     prompts = [data.prompt_ids(d, tok) for d in documents]
     keep = set(regenerate.fitting_prompts(prompts, pair.max_positions))
     prompts = [p for i, p in enumerate(prompts) if i in keep]
@@ -447,8 +447,8 @@ def token_ids(
         answers, generated = regenerate.answer_all(prompts, respond, cache, counted.advance)
     ids = [p + a for p, a in zip(prompts, answers, strict=True)]
     kept = [i for i in range(len(documents)) if i in keep]
-    train = [ids[j] for j, i in enumerate(kept) if i < answered_train] + train_texts
-    validation = [ids[j] for j, i in enumerate(kept) if i >= answered_train] + valid_texts
+    train = [ids[j] for j, i in enumerate(kept) if i < len(asked)] + train_texts
+    validation = [ids[j] for j, i in enumerate(kept) if i >= len(asked)] + valid_texts
     info = {
         "prompts": len(prompts),
         "skipped": len(documents) - len(prompts),
