@@ -52,6 +52,36 @@ def test_the_deadline_is_judged_by_the_mean_step_time():
     assert state.step == 5 and clock.now == 9.0 and state.seconds == 9.0
 
 
+def test_validation_is_recorded_every_n_steps_and_training_resumes_in_train_mode():
+    """With validate_every 3 over 7 steps, the history holds validation records after steps 3 and 6 with
+    the tokens seen then, each computed by the callback in eval mode, and the steps after a validation
+    run in train mode (catches a validation at the wrong steps, a missing token count, or a model left in
+    eval mode, which would train a dropout model without dropout)."""
+    model, base_loss = _model_and_loss()
+    modes: list[bool] = []
+
+    def step_loss():
+        modes.append(model.training)
+        return base_loss()
+
+    def validate() -> list[float]:
+        model.eval()
+        return [float(len(modes))]
+
+    state = loop.LoopState()
+    limits = loop.Limits(steps=7, log_every=100, validate_every=3)
+    loop.run_steps(
+        model, make_optimizer(model, 1e-3), step_loss, state, limits, 1e-3, 10, lambda s: None,
+        validate=validate,
+    )  # fmt: skip
+    records = [h for h in state.history if "validation" in h]
+    assert records == [
+        {"step": 3, "tokens": 30, "validation": [3.0]},
+        {"step": 6, "tokens": 60, "validation": [6.0]},
+    ]
+    assert modes == [True] * 7
+
+
 def test_the_first_warm_up_step_learns():
     """Step 0 of the warm-up runs at a learning rate above 0 and moves the weights; the ramp reaches the
     peak at its last step and then decays (catches a warm-up of peak·step/warmup, whose first step is

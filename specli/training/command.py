@@ -560,7 +560,12 @@ def train(kind: str, given: dict[str, Any], session: Session, console: Console, 
         )
 
     every = session.checkpoint_every if session.checkpoint_every is not None else max(1, r.steps // 20)
-    limits = Limits(r.steps, every, deadline, r.log_every)
+    limits = Limits(r.steps, every, deadline, r.log_every, validate_every=every)
+    periodic = (
+        fixed_windows(valid_stream, min(8, r.eval_windows), r.context)
+        if valid_stream is not None and valid_stream.numel() >= r.context + 2
+        else None
+    )
     with TrainProgress(console, r.kind, r.steps, state.step, deadline, session.clock) as progress:
         stopped = run_steps(
             job.model,
@@ -573,6 +578,7 @@ def train(kind: str, given: dict[str, Any], session: Session, console: Console, 
             save_checkpoint,
             progress,
             session.clock,
+            validate=(lambda: job.evaluate(periodic)) if periodic is not None else None,
         )
     save_checkpoint(state)
     job.model.eval()

@@ -44,12 +44,14 @@ class LoopState:
 @dataclass(frozen=True)
 class Limits:
     """How far to go: `steps` in all (the schedule's length), a checkpoint every `checkpoint_every` steps
-    (0: only at the end), a deadline on `clock` (None: none), a history record every `log_every` steps."""
+    (0: only at the end), a deadline on `clock` (None: none), a history record every `log_every` steps,
+    and a validation record every `validate_every` steps (0: none)."""
 
     steps: int
     checkpoint_every: int = 0
     deadline: float | None = None
     log_every: int = 10
+    validate_every: int = 0
 
 
 class Reporter(Protocol):
@@ -95,10 +97,14 @@ def run_steps(
     reporter: Reporter | None = None,
     clock: Callable[[], float] = time.monotonic,
     stop: StopRequest | None = None,
+    validate: Callable[[], list[float]] | None = None,
 ) -> str:
     """Step from state.step to limits.steps; returns why it ended: DONE, INTERRUPTED (Ctrl-C) or
     TIME_LIMIT (the next step would end past the deadline, judged by the mean step time so far). Calls
-    checkpoint(state) every limits.checkpoint_every steps; the caller checkpoints at the end."""
+    checkpoint(state) every limits.checkpoint_every steps; the caller checkpoints at the end. Every
+    limits.validate_every steps, validate() (agreement by depth on fixed held-out windows) goes into the
+    history as {"step", "tokens", "validation"}, so training.json shows it as training went; its time is
+    not counted as stepping."""
     stop = stop or StopRequest()
     model.train()
     spent, done_here = 0.0, 0
@@ -120,6 +126,9 @@ def run_steps(
                 state.history.append({"step": state.step, **record})
             if reporter is not None:
                 reporter.step(state, record)
+            if validate is not None and limits.validate_every and state.step % limits.validate_every == 0:
+                state.history.append({"step": state.step, "tokens": state.tokens, "validation": validate()})
+                model.train()
             every = limits.checkpoint_every
             if every and state.step % every == 0 and state.step < limits.steps:
                 checkpoint(state)
