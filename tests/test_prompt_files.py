@@ -77,6 +77,31 @@ def test_good_prompt_records_still_read(tmp_path):
     ]
 
 
+def test_repeated_ids_are_made_unique_so_runs_are_not_compared_across_prompts(tmp_path):
+    """Two sets' files joined repeat ids ("1" of chat and "1" of code). Reports key runs by id: bench's
+    greedy identity check compared one prompt's drafted output with another prompt's plain output and
+    reported a difference at token 0 (issue 31's measurement). Catches ids left repeated."""
+    path = tmp_path / "joined.jsonl"
+    rows = [{"id": "1", "prompt": "a"}, {"id": "1", "prompt": "b"}, {"id": "2", "prompt": "c"}]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert [(p.id, p.text) for p in read_prompts(path)] == [("1", "a"), ("1@2", "b"), ("2", "c")]
+
+
+def test_bench_identity_check_keeps_prompts_with_the_same_id_apart(tmp_path):
+    """The end-to-end form of the bug: the two `editing` prompts below share id "1"; greedy lookup is
+    identical to plain decoding on each, so bench reports no error."""
+    path = tmp_path / "joined.jsonl"
+    rows = [{"id": "1", "prompt": "def add(a, b):"}, {"id": "1", "prompt": "class Stack:"}]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    result = invoke(
+        "bench", "--strategy", "lookup", "--prompts", str(path), "--max-new-tokens", "8", "--warmup", "0",
+        "--json", str(tmp_path / "r.json"), "--threads", "1",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["errors"] == [] and sorted({r["prompt_id"] for r in report["runs"]}) == ["1", "1@2"]
+
+
 # --------------------------------------------------------------------------- --prompt-file
 
 

@@ -60,12 +60,14 @@ def set_path(name: str) -> Path:
 
 def read_prompts(path: Path) -> list[BenchPrompt]:
     """Spec-Bench question.jsonl (question_id, category, turns: first turn used), JSONL with a "prompt"
-    or "text" field (and optional "id", "category"), or a text file with one prompt per line."""
+    or "text" field (and optional "id", "category"), or a text file with one prompt per line. Ids are
+    unique in the result (reports key runs by them): a repeated id becomes "ID@LINE"."""
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as e:
         raise UsageError(f"cannot read prompts from '{path}': {e.strerror or e}.") from None
     prompts: list[BenchPrompt] = []
+    seen: set[str] = set()
     jsonl = str(path).endswith((".jsonl", ".json"))
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -82,6 +84,9 @@ def read_prompts(path: Path) -> list[BenchPrompt]:
         except ValueError as e:
             raise UsageError(f"{path}:{number}: {e}.", 'e.g. {"prompt": "def f(x):"}') from None
         ident = str(row.get("question_id", row.get("id", number)))
+        if ident in seen:  # e.g. two sets' files joined: their runs must not be compared with each other
+            ident = f"{ident}@{number}"
+        seen.add(ident)
         prompts.append(BenchPrompt(ident, str(row.get("category", "default")), text))
     if not prompts:
         raise UsageError(f"'{path}' holds no prompts.")
