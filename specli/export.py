@@ -615,15 +615,15 @@ def _llama_lookup(pair: ExportPair) -> tuple[list[str], list[str]]:
     return flags, notes
 
 
-def _llama_draft(pair: ExportPair, target_dir: str) -> tuple[list[tuple[str, ...]], list[str], str]:
+def _llama_draft(pair: ExportPair, target_stem: str) -> tuple[list[tuple[str, ...]], list[str], str]:
     """(steps, flags, note) for a draft model (draft-simple) or an EAGLE-3 head (draft-eagle3, converted
-    with the target's folder). --spec-type is needed: its default is none, and -md alone loads the
-    drafter without drafting (measured, issue 21 §4)."""
+    with the target's folder, `_target_folder`). --spec-type is needed: its default is none, and -md
+    alone loads the drafter without drafting (measured, issue 21 §4)."""
     drafter = _drafter(pair)
     stem = _stem(drafter)
     stem = f"{stem}-draft" if stem == _stem(pair.target) else stem
     head = pair.kind == "eagle3"
-    steps, gguf = _gguf_steps(drafter, stem, target_dir if head else None)
+    steps, gguf = _gguf_steps(drafter, stem, _target_folder(pair.target, target_stem) if head else None)
     flags = ["-md", gguf, "--spec-type", "draft-eagle3" if head else "draft-simple"]
     flags += ["--spec-draft-n-max", str(pair.k)]
     if pair.settings.draft_p_min > 0:
@@ -633,6 +633,21 @@ def _llama_draft(pair: ExportPair, target_dir: str) -> tuple[list[tuple[str, ...
         "--spec-draft-n-max (current builds refuse --draft-max) and draft with -md alone."
     )
     return steps, flags, note
+
+
+def _target_folder(target: Model, stem: str) -> str:
+    """The folder convert_hf_to_gguf.py reads an EAGLE-3 head's target from (--target-model-dir: its
+    config.json and tokenizer, conversion/llama.py): where a hub target is downloaded, a folder as it is,
+    and for a GGUF file here specli's folder of it (config and tokenizer read from the file, made now in
+    seconds, or its dequantized folder when one is cached). A hub GGUF not fetched yet has none: its
+    path is named, and the conversion tells the user."""
+    if target.hub:
+        return stem
+    if target.gguf and not target.fetch:
+        from specli.models import gguf_cache
+
+        return str(gguf_cache.folder_for(Path(target.location), target.name, weights=False))
+    return target.location
 
 
 def export_llama_cpp(pair: ExportPair, options: ServeOptions) -> Export:
@@ -650,7 +665,7 @@ def export_llama_cpp(pair: ExportPair, options: ServeOptions) -> Export:
         argv += flags
         notes += more
     elif pair.speculates:
-        more_steps, flags, note = _llama_draft(pair, target_stem if pair.target.hub else pair.target.location)
+        more_steps, flags, note = _llama_draft(pair, target_stem)
         steps += more_steps
         argv += flags
         notes.append(note)
