@@ -14,6 +14,9 @@ reference: transformers' own `generate()` of the dequantized model).
   `self` is refused in one line (its layers are not a Llama stack);
 - sampling: a G-test on SmolLM2's first two tokens with the `self` drafter, and its control (a drafter
   that drafts its argmax but reports its softmax) failing the same test;
+- SmolLM2's own drafters (the embedded draft model and EAGLE-3 head `specli train` made for it, through
+  the presets `smollm2-135m` and `smollm2-135m-eagle3`): greedy identity on both sets, a G-test with the
+  draft model and its control; each refused in one line by another target;
 - bitsandbytes 4-bit: identical to the quantized model's own `generate()` for every strategy; 8-bit:
   identical, or differing only at a near-tie inside LLM.int8's batch noise (the known limit: its logits
   depend on the other tokens of a forward, so a prefill or a verify of several tokens is not the
@@ -35,7 +38,7 @@ from test_lossless_sampling import g_test_pvalue, warpers
 
 import specli
 from specli.bench.prompts import set_path
-from specli.drafters import self_speculative
+from specli.drafters import draft_model, self_speculative
 from specli.engine.drafter import Drafts
 from specli.engine.sampling import SamplingConfig, process_logits
 from specli.errors import UsageError
@@ -244,6 +247,74 @@ def test_smollm2_sampling_keeps_the_targets_first_two_tokens_and_the_control_fai
     assert pvalue(counts, exact) > 1e-3
     monkeypatch.setattr(self_speculative, "Drafts", ArgmaxDrafts)
     biased, _ = sampled_first_two(pair, ids, CONTROL_RUNS)
+    assert pvalue(biased, exact) < 1e-6
+
+
+# --------------------------------------------------------------------------- SmolLM2's own drafters
+
+DRAFTERS = ("draft", "eagle")
+# The draft model's argmax is kept less often than the `self` exit's, so its bias shows more slowly: 40
+# runs gave p = 1e-4 (measured), 120 put it far below the threshold.
+DRAFT_CONTROL_RUNS = 120
+
+
+@pytest.fixture(scope="module")
+def smollm2_drafters(smollm2) -> Any:
+    """The preset `smollm2-135m` as a user loads it: the target with its embedded draft model and head."""
+    return specli.load("smollm2-135m", strategy=list(DRAFTERS), device="cpu", dtype="float32", threads=None)
+
+
+@pytest.mark.parametrize("strategy", DRAFTERS)
+def test_smollm2_with_its_trained_drafters_is_transformers_generate(smollm2, smollm2_drafters, strategy):
+    """The embedded draft model and EAGLE-3 head trained for SmolLM2 (float16 weights, drafting in
+    float32 beside a float32 target): greedy ids identical to transformers' generate() on prompts of both
+    sets, drafts kept and refused. A head fed the wrong aux layers or a draft vocabulary mapped wrong
+    keeps the output (verification is exact) but hardly any draft: the acceptance floor catches that
+    (these drafters keep 12-19 % of their first drafts, docs/models.md; a broken one about 0 %)."""
+    pair, accepted, drafted, rejected = smollm2_drafters, 0, 0, 0
+    for set_name, index in PROMPTS:
+        prompt = bundled(set_name, index + 1)[index]
+        ids = pair.encode(prompt, chat=True)
+        result = pair.generate(prompt_ids=ids, strategy=strategy, max_new_tokens=32, num_draft_tokens=4)
+        assert result.token_ids == reference_ids(smollm2, ids, 32), (strategy, set_name, index)
+        accepted += result.stats.accepted
+        drafted += result.stats.drafted
+        rejected += sum(1 for _ in rewinds(result))
+    assert accepted > 0 and rejected > 0
+    rate = accepted / drafted
+    assert rate > 0.04, f"{strategy}: acceptance rate {rate:.2f}: not the trained drafter"
+
+
+def sampled_with_draft(pair: Any, ids: list[int], runs: int) -> tuple[dict[tuple[int, int], int], float]:
+    """Counts of the first two tokens over `runs` seeds with the draft model (k 2), and its acceptance."""
+    counts: dict[tuple[int, int], int] = {}
+    drafted = accepted = 0
+    for seed in range(runs):
+        result = pair.generate(
+            prompt_ids=ids, strategy="draft", max_new_tokens=2, num_draft_tokens=2, fixed_k=True,
+            temperature=SAMPLING.temperature, top_k=SAMPLING.top_k, seed=seed, ignore_eos=True,
+        )  # fmt: skip
+        key = (result.token_ids[0], result.token_ids[1])
+        counts[key] = counts.get(key, 0) + 1
+        drafted += result.stats.drafted
+        accepted += result.stats.accepted
+    return counts, accepted / max(drafted, 1)
+
+
+def test_smollm2_sampling_with_its_draft_model_keeps_the_targets_distribution(
+    smollm2, smollm2_drafters, monkeypatch
+):
+    """G-test of the first two sampled tokens (temperature 1, top-k 3) with the trained draft model, which
+    agrees with the target sometimes; the control (drafting its argmax, reporting its softmax) fails the
+    same test."""
+    pair = smollm2_drafters
+    ids = pair.encode(G_PROMPT, chat=False)
+    exact = exact_first_two(smollm2.reference, ids, SAMPLING)
+    counts, acceptance = sampled_with_draft(pair, ids, G_RUNS)
+    assert 0.2 < acceptance < 0.95, acceptance
+    assert pvalue(counts, exact) > 1e-3
+    monkeypatch.setattr(draft_model, "Drafts", ArgmaxDrafts)
+    biased, _ = sampled_with_draft(pair, ids, DRAFT_CONTROL_RUNS)
     assert pvalue(biased, exact) < 1e-6
 
 
