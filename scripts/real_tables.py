@@ -96,10 +96,47 @@ def lookup_table(folder: Path) -> str:
     return "\n".join(lines)
 
 
+def _strategy_cell(row: dict | None, plain: dict) -> str:
+    """tok/s (speedup; α, τ, c, efficiency) of one strategy's overall row."""
+    if not row:
+        return "–"
+    speedup = row["tokens_per_second"] / plain["tokens_per_second"]
+    return (
+        f"{row['tokens_per_second']:.1f} ({speedup:.2f}×; α {row['accept_prob']:.2f}, "
+        f"τ {row['mean_acceptance_length']:.2f}, c {row['c']:.2f}, {row['efficiency']:.0%})"
+    )
+
+
+def drafters_table(folder: Path) -> str:
+    """SmolLM2 with its trained draft model and EAGLE-3 head (scripts/real_bench.sh drafters)."""
+    lines = [
+        "| temperature | threads | specli plain | specli draft (speedup; α, τ, c, efficiency) | "
+        "specli eagle (speedup; α, τ, c, efficiency) | transformers plain | transformers assisted, "
+        "same draft model and k | specli draft / assisted |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for temperature in ("0", "0.7"):
+        for threads in (1, 2):
+            report = _load(folder, f"smollm2-135m-drafters-T{temperature}-t{threads}")
+            if report is None:
+                continue
+            overall, hf = report["summary"]["overall"], report.get("transformers", {})
+            plain, draft = overall["none"], overall.get("draft")
+            assisted = _tps(hf.get("assisted"))
+            ratio = f"{draft['tokens_per_second'] / assisted:.2f}×" if draft and assisted else "–"
+            lines.append(
+                f"| {temperature} | {threads} | {_f(_tps(plain))} | {_strategy_cell(draft, plain)} | "
+                f"{_strategy_cell(overall.get('eagle'), plain)} | {_f(_tps(hf.get('plain')))} | "
+                f"{_f(assisted)} | {ratio} |"
+            )
+    return "\n".join(lines)
+
+
 def main() -> None:
     folder = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/bench-real")
     print(plain_table(folder), end="\n\n")
-    print(lookup_table(folder))
+    print(lookup_table(folder), end="\n\n")
+    print(drafters_table(folder))
 
 
 if __name__ == "__main__":

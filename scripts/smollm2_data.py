@@ -52,7 +52,8 @@ def prompts() -> tuple[list[dict], list[dict]]:
             if seen[p.category] > HELD_OUT:
                 train.append({"prompt": p.text})
             else:
-                held.append((seen[p.category], name, {"id": p.id, "category": p.category, "prompt": p.text}))
+                row = {"id": f"{name}-{p.id}", "category": p.category, "prompt": p.text}
+                held.append((seen[p.category], name, row))
     return train, [r for _, _, r in sorted(held, key=lambda x: x[:2])]
 
 

@@ -1,0 +1,86 @@
+"""The training tables of SmolLM2's drafters in docs/models.md ("Drafters for SmolLM2"), printed as
+Markdown from the training.json `specli train` wrote beside each embedded drafter, so every figure there
+can be traced to its run.
+
+    python scripts/smollm2_card.py [specli/embedded]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+DRAFTERS = {"smollm2-135m-eagle3": "EAGLE-3 head", "smollm2-135m-draft": "draft model"}
+
+
+def chain_tau(agreement: list[float]) -> float:
+    """The mean acceptance length of a k = len(agreement) chain if depth d were accepted with
+    probability agreement[d] given the depths before it: 1 + a1 + a1·a2 + ... (a proxy for τ; the
+    measurement on the held-out prompts is the real one)."""
+    tau, kept = 1.0, 1.0
+    for a in agreement:
+        kept *= a
+        tau += kept
+    return tau
+
+
+def _depths(values: list[float], k: int = 4) -> list[float]:
+    """A draft model's agreement is measured at depth 1 only: the same value at every depth (i.i.d.)."""
+    return list(values) if len(values) > 1 else list(values) * k
+
+
+def report(folder: Path, name: str) -> dict:
+    return json.loads((folder / name / "training.json").read_text(encoding="utf-8"))
+
+
+def summary_table(folder: Path) -> str:
+    lines = [
+        "| drafter | trained parameters | steps | tokens seen | hours stepping "
+        "| validation agreement by depth | held-out α / τ (k 4, greedy) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, title in DRAFTERS.items():
+        r = report(folder, name)
+        agreement = (r.get("validation") or {}).get("agreement_by_depth") or []
+        measured = ((r.get("measurement") or {}).get("results") or {}).get("trained") or {}
+        held = (
+            f"{measured['accept_prob']:.2f} / {measured['mean_acceptance_length']:.2f}"
+            if measured.get("accept_prob") is not None
+            else "–"
+        )
+        lines.append(
+            f"| {title} (`embedded:{name}`) | {r['parameters'] / 1e6:.1f} M | {r['steps_done']} | "
+            f"{r['tokens_seen'] / 1e6:.2f} M | {r['seconds'] / 3600:.2f} | "
+            f"{' '.join(f'{a:.2f}' for a in agreement) or '–'} | {held} |"
+        )
+    return "\n".join(lines)
+
+
+def progress_table(folder: Path) -> str:
+    """Validation agreement as training went (every checkpoint), and the chain τ it implies at k 4."""
+    lines = [
+        "| drafter | step | tokens seen | validation agreement by depth | τ implied (k 4) |",
+        "|---|---|---|---|---|",
+    ]
+    for name, title in DRAFTERS.items():
+        r = report(folder, name)
+        for h in r["history"]:
+            if "validation" not in h:
+                continue
+            agreement = h["validation"]
+            lines.append(
+                f"| {title} | {h['step']} | {h['tokens'] / 1e3:.0f} k | "
+                f"{' '.join(f'{a:.2f}' for a in agreement)} | {chain_tau(_depths(agreement)):.2f} |"
+            )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    folder = Path(sys.argv[1] if len(sys.argv) > 1 else "specli/embedded")
+    print(summary_table(folder), end="\n\n")
+    print(progress_table(folder))
+
+
+if __name__ == "__main__":
+    main()
