@@ -146,8 +146,9 @@ def test_the_checker_catches_a_broken_file_link_and_a_broken_anchor(tmp_path):
 
 def test_the_real_model_tables_are_the_committed_reports():
     """docs/performance.md's real-model tables are what scripts/real_tables.py prints from the JSON
-    reports in docs/bench-real/, row for row, and the README's rows carry the same figures (catches a
-    figure edited by hand or a rerun whose reports were not committed)."""
+    reports in docs/bench-real/, row for row, the README's rows carry the same figures, and the SmolLM2
+    drafters' card in docs/models.md is what scripts/smollm2_card.py prints from their training.json
+    (catches a figure edited by hand or a rerun whose reports were not committed)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("real_tables", ROOT / "scripts" / "real_tables.py")
@@ -159,7 +160,23 @@ def test_the_real_model_tables_are_the_committed_reports():
     assert len(printed) == 2 + 8 + 2 + 4  # every report there: 8 plain runs, 4 lookup runs
     for row in printed:
         assert row in performance, row
+    drafters = tables.drafters_table(folder).splitlines()
+    assert len(drafters) == 2 + 3  # greedy at 1 and 2 threads, T = 0.7 at 2 (at 1: not measured yet)
+    for row in drafters:
+        assert row in performance, row
+    card_spec = importlib.util.spec_from_file_location("card", ROOT / "scripts" / "smollm2_card.py")
+    card = importlib.util.module_from_spec(card_spec)
+    card_spec.loader.exec_module(card)
+    models = (ROOT / "docs" / "models.md").read_text(encoding="utf-8")
+    embedded = ROOT / "specli" / "embedded"
+    for row in (card.summary_table(embedded) + "\n" + card.progress_table(embedded)).splitlines():
+        assert row in models, row
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for row in drafters[2:]:  # the README's drafter rows carry the same tokens/s
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        plain, draft, eagle = cells[2], cells[3].split(" ")[0], cells[4].split(" ")[0]
+        assert f"| {cells[0]} | {cells[1]} | {plain} | {draft} " in readme, row
+        assert f" {eagle} " in readme, row
     for row in tables.lookup_table(folder).splitlines()[2:]:
         cells = [c.strip() for c in row.strip("|").split("|")]
         plain, lookup = cells[2], cells[3].split(" ")[0]
