@@ -193,15 +193,17 @@ def exact_first_two(model: Any, ids: list[int], cfg: SamplingConfig) -> dict[tup
     return joint
 
 
-def sampled_first_two(pair: Any, ids: list[int], runs: int) -> tuple[dict[tuple[int, int], int], float]:
-    """Counts of the first two tokens over `runs` seeds with the `self` drafter, and its acceptance."""
+def sampled_first_two(
+    pair: Any, ids: list[int], runs: int, strategy: str, **options: Any
+) -> tuple[dict[tuple[int, int], int], float]:
+    """Counts of the first two tokens over `runs` seeds with `strategy` drafting k 2 (`options`: more
+    generate() settings, e.g. the exit layer), and its acceptance."""
     counts: dict[tuple[int, int], int] = {}
     drafted = accepted = 0
     for seed in range(runs):
         result = pair.generate(
             prompt_ids=ids,
-            strategy="self",
-            exit_layer=G_EXIT,
+            strategy=strategy,
             max_new_tokens=2,
             num_draft_tokens=2,
             fixed_k=True,
@@ -209,6 +211,7 @@ def sampled_first_two(pair: Any, ids: list[int], runs: int) -> tuple[dict[tuple[
             top_k=SAMPLING.top_k,
             seed=seed,
             ignore_eos=True,
+            **options,
         )
         key = (result.token_ids[0], result.token_ids[1])
         counts[key] = counts.get(key, 0) + 1
@@ -242,11 +245,11 @@ def test_smollm2_sampling_keeps_the_targets_first_two_tokens_and_the_control_fai
     pair = smollm2.pair
     ids = pair.encode(G_PROMPT, chat=False)
     exact = exact_first_two(smollm2.reference, ids, SAMPLING)
-    counts, acceptance = sampled_first_two(pair, ids, G_RUNS)
+    counts, acceptance = sampled_first_two(pair, ids, G_RUNS, "self", exit_layer=G_EXIT)
     assert 0.2 < acceptance < 0.9, acceptance
     assert pvalue(counts, exact) > 1e-3
     monkeypatch.setattr(self_speculative, "Drafts", ArgmaxDrafts)
-    biased, _ = sampled_first_two(pair, ids, CONTROL_RUNS)
+    biased, _ = sampled_first_two(pair, ids, CONTROL_RUNS, "self", exit_layer=G_EXIT)
     assert pvalue(biased, exact) < 1e-6
 
 
@@ -285,22 +288,6 @@ def test_smollm2_with_its_trained_drafters_is_transformers_generate(smollm2, smo
     assert rate > 0.04, f"{strategy}: acceptance rate {rate:.2f}: not the trained drafter"
 
 
-def sampled_with_draft(pair: Any, ids: list[int], runs: int) -> tuple[dict[tuple[int, int], int], float]:
-    """Counts of the first two tokens over `runs` seeds with the draft model (k 2), and its acceptance."""
-    counts: dict[tuple[int, int], int] = {}
-    drafted = accepted = 0
-    for seed in range(runs):
-        result = pair.generate(
-            prompt_ids=ids, strategy="draft", max_new_tokens=2, num_draft_tokens=2, fixed_k=True,
-            temperature=SAMPLING.temperature, top_k=SAMPLING.top_k, seed=seed, ignore_eos=True,
-        )  # fmt: skip
-        key = (result.token_ids[0], result.token_ids[1])
-        counts[key] = counts.get(key, 0) + 1
-        drafted += result.stats.drafted
-        accepted += result.stats.accepted
-    return counts, accepted / max(drafted, 1)
-
-
 def test_smollm2_sampling_with_its_draft_model_keeps_the_targets_distribution(
     smollm2, smollm2_drafters, monkeypatch
 ):
@@ -310,11 +297,11 @@ def test_smollm2_sampling_with_its_draft_model_keeps_the_targets_distribution(
     pair = smollm2_drafters
     ids = pair.encode(G_PROMPT, chat=False)
     exact = exact_first_two(smollm2.reference, ids, SAMPLING)
-    counts, acceptance = sampled_with_draft(pair, ids, G_RUNS)
+    counts, acceptance = sampled_first_two(pair, ids, G_RUNS, "draft")
     assert 0.2 < acceptance < 0.95, acceptance
     assert pvalue(counts, exact) > 1e-3
     monkeypatch.setattr(draft_model, "Drafts", ArgmaxDrafts)
-    biased, _ = sampled_with_draft(pair, ids, DRAFT_CONTROL_RUNS)
+    biased, _ = sampled_first_two(pair, ids, DRAFT_CONTROL_RUNS, "draft")
     assert pvalue(biased, exact) < 1e-6
 
 
