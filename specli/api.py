@@ -32,7 +32,7 @@ from specli.models.placement import Placement
 from specli.models.plan import ModelToLoad
 from specli.pair import Pair
 from specli.presets import Preset, resolve_preset
-from specli.settings import check_strategy, preset_speculation
+from specli.settings import check_strategy, preset_speculation, resolve_settings
 from specli.threads import AUTO, BusyProbe, apply_threads
 
 DEFAULT_PRESET = "tiny"
@@ -82,6 +82,8 @@ def load(
     progress: bool = False,
     compile: bool = False,
     lean: bool = True,
+    tree: int | None = None,
+    tree_width: int | None = None,
 ) -> Pair:
     """Load a pair from a preset (name, path or Preset) and/or explicit models; explicit arguments win.
 
@@ -113,9 +115,17 @@ def load(
     the same proposals at a fraction of the per-step overhead. `Pair.drafter_step()` says which ran.
     A lean step copies the q/k/v weights when first used: after changing a drafter's weights in place,
     load the pair again (or pass lean=False).
+
+    `tree` / `tree_width` set the pair's token trees (None: the preset's; docs/design.md §14): tree > 0
+    drafts trees of up to that many nodes a round, tree_width nodes expanded per depth; every generation
+    uses them unless it overrides them (`pair.generate(..., tree=0)`). Checked before any weights load:
+    a value out of range, or a tree with a strategy that drafts chains only (self), is a UsageError.
     """
     spec = preset_for(preset, target=target, draft=draft, strategy=strategy)
     wanted = _sources(spec, target=target, draft=draft, strategy=strategy, dtype=dtype, quant=quant)
+    trees = {name: value for name, value in (("tree", tree), ("tree_width", tree_width)) if value is not None}
+    if trees:  # their ranges, and a strategy that drafts them, before any weights load
+        resolve_settings(spec, strategy=wanted.strategies[0], **trees)
     if compile:
         for name in wanted.strategies:  # before any weights load
             check_compile(name)
@@ -149,6 +159,8 @@ def load(
     k = pair.parallel_draft_tokens()
     if draft is not None and k is not None:  # a drafter the preset did not pick brings its own k
         pair.speculation = pair.speculation.model_copy(update={"num_draft_tokens": k})
+    if trees:
+        pair.speculation = pair.speculation.model_copy(update=trees)
     return pair
 
 

@@ -56,14 +56,17 @@ _MISSING = MappingProxyType(
 class GenerationStats(Stats):
     """One generation's `Stats` with the settings it ran under: `Result.stats`, and `generate --json`'s
     "stats" (`to_dict`: the same keys either way). strategy, num_draft_tokens (the most a round drafts),
-    fixed_k and draft_p_min as resolved; mean_k: drafted tokens per round; compile_time: seconds spent
-    compiling before the rounds (None without compile); interrupted: Ctrl-C ended it (the CLI; its
-    stop_reason is then "interrupted"); notes: what the run did not show (specli.notes)."""
+    fixed_k, draft_p_min, tree and tree_width (token trees: nodes a round, 0 for a chain) as resolved;
+    mean_k: drafted tokens per round; compile_time: seconds spent compiling before the rounds (None
+    without compile); interrupted: Ctrl-C ended it (the CLI; its stop_reason is then "interrupted");
+    notes: what the run did not show (specli.notes)."""
 
     strategy: str = ""
     num_draft_tokens: int = 0
     fixed_k: bool = False
     draft_p_min: float = 0.0
+    tree: int = 0
+    tree_width: int = 2
     compile_time: float | None = None
     interrupted: bool = False
     notes: list[str] = field(default_factory=list)
@@ -81,6 +84,8 @@ class GenerationStats(Stats):
             num_draft_tokens=settings.num_draft_tokens,
             fixed_k=settings.fixed_k,
             draft_p_min=settings.draft_p_min,
+            tree=settings.tree,
+            tree_width=settings.tree_width,
             notes=generation_notes(pair, settings, prompt_length, strategy_given),
             **fields,
         )
@@ -97,6 +102,8 @@ class GenerationStats(Stats):
             num_draft_tokens=self.num_draft_tokens,
             fixed_k=self.fixed_k,
             draft_p_min=self.draft_p_min,
+            tree=self.tree,
+            tree_width=self.tree_width,
             mean_k=self.mean_k,
             interrupted=self.interrupted,
             compile_time=self.compile_time,
@@ -316,7 +323,16 @@ class Pair:
     def _drafter(self, settings: Settings, length: int) -> Drafter | None:
         """The strategy's drafter for a generation that can reach `length` tokens, built by its file in
         the strategy table (None: plain decoding)."""
-        return entry(settings.strategy).build(self, settings, length)
+        drafter = entry(settings.strategy).build(self, settings, length)
+        if drafter is not None and drafter.tree_size:
+            window = self.target.sliding_window
+            if window is not None and length + drafter.tree_size >= window:
+                raise UsageError(
+                    f"the target has sliding-window attention (window {window}) and this generation can "
+                    f"reach {length} tokens; token trees need the whole context in view.",
+                    "Drop --tree, or keep prompt + max-new-tokens under the window.",
+                )
+        return drafter
 
     def lean_step(self, model: Any) -> tuple[LeanDecoder | LeanHead | None, str | None]:
         """(specli's lean forward of the draft model or EAGLE head, None), built once per model, or
@@ -377,11 +393,11 @@ class Pair:
         `settings` (default: `self.settings()`) with keyword overrides on top: max_new_tokens,
         temperature, top_k, top_p, seed, num_draft_tokens (the most a round drafts), fixed_k (True: every
         round drafts num_draft_tokens), draft_p_min, stop, chat, strategy, exit_layer, ngram_min,
-        ngram_max, min_p, ignore_eos (None = unset). Bad values raise UsageError here, before the first
-        round. Each call
-        starts from fresh caches and drafter state. With sampling, a seed reproduces the output only with
-        fixed_k: the per-round k follows measured speed. record_top > 0 fills each round's token_source (the
-        top entries of the distribution its last token came from).
+        ngram_max, min_p, ignore_eos, tree, tree_width (None = unset). Bad values raise UsageError here,
+        before the first round. Each call starts from fresh caches and drafter state. With sampling, a
+        seed reproduces the output only with fixed_k: the per-round k follows measured speed. record_top
+        > 0 fills each round's token_source (the top entries of the distribution its last token came
+        from).
         """
         settings = self._resolve(settings, overrides)
         ids = self.prompt_ids(prompt, prompt_ids=prompt_ids, chat=settings.chat)
@@ -405,10 +421,12 @@ class Pair:
         round's k + 1 verify positions, within each model's context), and compiled forwards up to k + 1
         tokens (a verify; a parallel draft). Dynamic caches need nothing."""
         k = settings.num_draft_tokens
-        wanted = prompt_length + settings.max_new_tokens + k + 1
+        # a round's newest positions: k + 1 verified, a tree's N + 1, a drafter's tree width per depth
+        block = max(k, settings.tree, settings.tree_width * k) if settings.tree else k
+        wanted = prompt_length + settings.max_new_tokens + block + 1
         for lm, limit in ((self.target, self.max_positions), (self.draft, self.draft_max_positions)):
             if lm is not None and lm.static:
-                lm.reserve(min(wanted, limit + k + 2) if limit else wanted)
+                lm.reserve(min(wanted, limit + block + 2) if limit else wanted)
                 lm.compiled_tokens = k + 1
 
     def warm_up(

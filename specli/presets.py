@@ -71,6 +71,22 @@ class ModelSpec(_Spec):
 # The most tokens a round may draft. Every k up to it costs a verify of k + 1 positions (and, with
 # --compile, a compiled shape); model drafters gain little past 8-16, lookup's copies a little more.
 MAX_DRAFT_TOKENS = 64
+MAX_TREE_NODES = 64  # a token tree's nodes per round
+MAX_TREE_WIDTH = 8
+# Strategies that draft chains only, and why: a tree (`tree` > 0) with one of them is refused, in a preset
+# and in the settings (specli.settings.check_tree). Plain decoding ('none') drafts nothing: a tree is ignored.
+CHAINS_ONLY: dict[str, str] = {Strategy.SELF.value: "it drafts inside the target's own layers"}
+
+
+def tree_strategies() -> list[str]:
+    """The strategies that can draft token trees, in the table's order: those that draft, but not
+    `CHAINS_ONLY`."""
+    return [name for name in strategy_names() if entry(name).drafts and name not in CHAINS_ONLY]
+
+
+def either(names: list[str]) -> str:
+    """'a, b or c'."""
+    return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else "".join(names)
 
 
 class SpeculationSpec(_Spec):
@@ -83,6 +99,8 @@ class SpeculationSpec(_Spec):
     ngram_min: int = Field(1, ge=1)
     ngram_max: int = Field(3, ge=1)
     exit_layer: int | None = Field(None, ge=1)
+    tree: int = Field(0, ge=0, le=MAX_TREE_NODES)  # token-tree nodes per round (0: a chain)
+    tree_width: int = Field(2, ge=1, le=MAX_TREE_WIDTH)  # nodes expanded per depth, children per node
 
     @model_validator(mode="after")
     def _ngram_order(self) -> SpeculationSpec:
@@ -158,6 +176,24 @@ class Preset(_Spec):
                 "head_required",
                 "strategy '{strategy}' needs an EAGLE head as `draft:` (or `head:`)",
                 {"field": "strategy", "strategy": self.strategy},
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _tree_needs_a_tree_strategy(self) -> Preset:
+        """A token tree (`speculation.tree` > 0) only with a strategy that drafts trees."""
+        why = CHAINS_ONLY.get(self.strategy)
+        if why is not None and self.speculation.tree > 0:
+            raise PydanticCustomError(
+                "chains_only",
+                "strategy '{strategy}' drafts chains only ({why}): drop speculation.tree (or pick strategy "
+                "{others})",
+                {
+                    "field": "strategy",
+                    "strategy": self.strategy,
+                    "why": why,
+                    "others": either(tree_strategies()),
+                },
             )
         return self
 

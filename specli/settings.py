@@ -20,14 +20,33 @@ from pydantic import ValidationError
 
 from specli.drafters.table import Strategy, check_strategy, entry, strategy_names
 from specli.errors import UsageError
-from specli.presets import MAX_DRAFT_TOKENS, GenerationSpec, Preset, SpeculationSpec
+from specli.presets import (
+    CHAINS_ONLY,
+    MAX_DRAFT_TOKENS,
+    MAX_TREE_NODES,
+    MAX_TREE_WIDTH,
+    GenerationSpec,
+    Preset,
+    SpeculationSpec,
+    either,
+    tree_strategies,
+)
 
 if TYPE_CHECKING:
     from specli.engine.sampling import SamplingConfig
 
 STRATEGIES: tuple[str, ...] = strategy_names()  # the shipped ones (check_strategy reads the table itself)
 GENERATION_FIELDS = ("max_new_tokens", "temperature", "top_k", "top_p")
-SPECULATION_FIELDS = ("num_draft_tokens", "fixed_k", "draft_p_min", "ngram_min", "ngram_max", "exit_layer")
+SPECULATION_FIELDS = (
+    "num_draft_tokens",
+    "fixed_k",
+    "draft_p_min",
+    "ngram_min",
+    "ngram_max",
+    "exit_layer",
+    "tree",
+    "tree_width",
+)
 _RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than_equal", "finite_number"}
 
 # What a value out of its range means, per field, in the words of the command line (option names).
@@ -41,6 +60,8 @@ _RANGE_MESSAGES: dict[str, Callable[[Any], str]] = {
     "ngram_max": lambda v: f"ngram-max must be at least 1 (got {v}).",
     "exit_layer": lambda v: f"exit-layer must be at least 1 (got {v}).",
     "draft_p_min": lambda v: f"draft-p-min must be in [0, 1] (got {v}); 0 turns it off.",
+    "tree": lambda v: f"tree must be between 0 and {MAX_TREE_NODES} nodes (got {v}); 0 drafts a chain.",
+    "tree_width": lambda v: f"tree-width must be between 1 and {MAX_TREE_WIDTH} (got {v}).",
 }
 
 
@@ -60,7 +81,10 @@ class Settings:
     up to it (docs/design.md §11) unless fixed_k; draft_p_min > 0 ends a draft before a token the
     drafter gives less probability than that. min_p (0 = off) drops tokens below min_p times the top
     token's probability, after temperature, top-k and top-p (transformers' order); ignore_eos: EOS does
-    not end the generation (max_new_tokens, the context or a stop string does).
+    not end the generation (max_new_tokens, the context or a stop string does). tree > 0 drafts token
+    trees of up to that many nodes a round (docs/design.md §14), growing tree_width nodes per depth with
+    tree_width children each; 0 drafts a chain. A strategy that drafts chains only (self) refuses a
+    tree (UsageError); plain decoding (none) ignores it.
     """
 
     strategy: str  # a plain name: "draft" | "none" | "lookup" | "self" | "eagle" (Strategy)
@@ -79,6 +103,8 @@ class Settings:
     draft_p_min: float = 0.0
     min_p: float = 0.0
     ignore_eos: bool = False
+    tree: int = 0
+    tree_width: int = 2
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "strategy", check_strategy(self.strategy))  # Strategy.DRAFT -> "draft"
@@ -90,6 +116,13 @@ class Settings:
         checked |= {"min_p": _min_p(self.min_p), "ignore_eos": _flag(self.ignore_eos, "ignore_eos")}
         for name, value in checked.items():  # the schema's types: "3" -> 3, 1 -> 1.0
             object.__setattr__(self, name, value)
+        check_tree(self.strategy, self.tree)
+
+    @property
+    def drafts_tree(self) -> bool:
+        """Whether generations with these settings draft token trees (tree > 0 and a strategy that
+        drafts: plain decoding ignores tree)."""
+        return self.tree > 0 and entry(self.strategy).drafts
 
     @property
     def sampling(self) -> SamplingConfig:
@@ -115,6 +148,16 @@ class Settings:
         data = dataclasses.asdict(self)
         data["stop"] = list(self.stop)
         return data
+
+
+def check_tree(strategy: str, tree: int) -> None:
+    """A tree (tree > 0) only with a strategy that drafts trees: one line naming those that do."""
+    why = CHAINS_ONLY.get(strategy)
+    if why is not None and tree > 0:
+        raise UsageError(
+            f"strategy '{strategy}' drafts chains only ({why}); drop --tree, or use --strategy "
+            f"{either(tree_strategies())}."
+        )
 
 
 def resolve_settings(preset: Preset | None = None, **overrides: Any) -> Settings:

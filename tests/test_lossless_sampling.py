@@ -34,6 +34,10 @@ RUNS = 2500
 
 @pytest.fixture(scope="module")
 def models():
+    return disagreeing_models()
+
+
+def disagreeing_models():
     """A peaked random target and a drafter made from it with noisy weights (agrees about half the time)."""
     target = make_model("llama", V, layers=2, hidden=32, seed=21, init_range=0.6, eos_token_id=None)
     draft = copy.deepcopy(target)

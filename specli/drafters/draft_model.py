@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from specli.engine.drafter import Drafter, Drafts, Proposal
-from specli.engine.sampling import SamplingConfig
+from specli.engine.sampling import SamplingConfig, process_logits
+from specli.engine.tree import TreeGrowth, grow_tree, path_to
+from specli.errors import UsageError
 from specli.models.cached_lm import CachedLM, check_sliding_rollback
 from specli.models.sources import MASK_TOKEN_KEYS  # config keys naming a parallel drafter's mask token
 
@@ -68,7 +70,13 @@ class DraftModelDrafter(Drafter):
         max_positions: int | None = None,
         mask_token: int | None = None,
         p_min: float = 0.0,
+        tree_size: int = 0,
+        tree_width: int = 2,
     ) -> None:
+        if tree_size and mask_token is not None:
+            raise ValueError("a parallel draft model drafts chains only")
+        self.tree_size = tree_size  # > 0: token trees of up to that many nodes (docs/design.md §14)
+        self.tree_width = tree_width
         self.lm = lm
         self.mask_token = mask_token  # set: drafts in parallel (PARD)
         self.target_vocab = target_vocab
@@ -121,10 +129,11 @@ class DraftModelDrafter(Drafter):
 
     def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None) -> Proposal:
         asked, cut = k, None
+        per_depth = self.tree_width if self.tree_size else 1  # positions a depth after the first feeds
         if self.max_positions is not None:  # positions fed this round: length-len(pending) .. length+k-2
-            if self._length + k - 1 > self.max_positions:
+            if self._length + (k - 1) * per_depth > self.max_positions:
                 self._restart(recent_window(self.max_positions))  # slide to the most recent context
-            k = min(k, self.max_positions - self._length + 1)
+            k = min(k, (self.max_positions - self._length) // per_depth + 1)
             cut = "context" if k < asked else None
         self._fed = None
         if k <= 0:
@@ -132,6 +141,8 @@ class DraftModelDrafter(Drafter):
             return Proposal(ids=self._drafted, cut=cut)
         if self.mask_token is not None:
             return self._propose_parallel(k, sampling, generator, cut)
+        if self.tree_size:
+            return self._propose_tree(k, sampling)
         drafts = Drafts(sampling, generator, self.p_min, cut)
         inp = torch.tensor(self._pending)
         for i in range(k):
@@ -162,6 +173,48 @@ class DraftModelDrafter(Drafter):
         self._drafted = proposal.ids  # [k']
         return proposal
 
+    def _propose_tree(self, k: int, sampling: SamplingConfig) -> Proposal:
+        """A token tree of depth <= k (EAGLE-2's growth, `grow_tree`): pending runs as usual, then each
+        depth ONE forward over the frontier nodes, each at position (pending's + depth) and seeing the
+        committed context and its own ancestors, which earlier depths left in the cache. Every tree
+        position is rewound before returning: the cache holds committed tokens only."""
+        length = self.lm.cache_length(self._cache) + len(self._pending)  # with pending, once fed
+        first = self._align(self.lm.forward(torch.tensor(self._pending), self._cache, last_only=True)[-1])
+        self._pending, self._fed = [], 0  # pending is in the cache now; no draft is
+        slots: dict[int, int] = {}  # node -> its cache position
+
+        def expand(frontier: list[int], growth: TreeGrowth) -> torch.Tensor:
+            start = length + len(slots)
+            visible = torch.zeros(len(frontier), start + len(frontier), dtype=torch.bool)  # [w, L + w]
+            visible[:, :length] = True
+            node_depths = []
+            for row, node in enumerate(frontier):
+                for ancestor in path_to(growth.parents, node)[:-1]:
+                    visible[row, slots[ancestor]] = True
+                visible[row, start + row] = True
+                slots[node] = start + row
+                node_depths.append(len(path_to(growth.parents, node)))
+            positions = torch.tensor(node_depths) + (length - 1)  # pending sits at length - 1
+            ids = torch.tensor([growth.tokens[node] for node in frontier])
+            logits, _ = self.lm.forward_masked(ids, self._cache, positions, visible)  # [w, V_d]
+            return _probabilities(self._align(logits), sampling)  # [w, V]
+
+        tokens, parents, probs = grow_tree(
+            _probabilities(first, sampling), expand, k, self.tree_width, self.tree_size
+        )
+        self.lm.rewind(self._cache, len(slots))
+        self._drafted = torch.tensor(tokens, dtype=torch.long)
+        return Proposal(self._drafted, parents=parents, probs=probs, info={"tree": len(tokens)})
+
+    def commit_tree(self, path: list[int], token: int) -> None:
+        """The kept path's tokens and `token` become pending: the tree left nothing in the cache."""
+        drafted = self._drafted[path].tolist() if path else []
+        self._length += len(path) + 1
+        self._tokens += drafted + [token]
+        self._pending = drafted + [token]
+        self._drafted = self._drafted[:0]
+        self._fed = None
+
     def commit(self, accepted: int, token: int) -> None:
         drafted = self._drafted[:accepted].tolist()
         self._length += accepted + 1
@@ -176,17 +229,33 @@ class DraftModelDrafter(Drafter):
         self._fed = None
 
 
+def _probabilities(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
+    """A drafter's distribution [.., V] for ranking tree nodes: its softmax (greedy) or processed as the
+    target's p will be (sampling), so that path probabilities estimate acceptance."""
+    if sampling.greedy:
+        return torch.softmax(logits.float(), -1)
+    return process_logits(logits, sampling)
+
+
 def build(pair: Pair, settings: Settings, length: int) -> DraftModelDrafter:
     """Strategy draft's drafter (the strategy table's factory) for a generation on `pair` that can reach
     `length` tokens: the pair's drafter model, stepping through its lean forward where one reproduces it
     (else its own, which a sliding window must be able to rewind over `length`)."""
     lean = pair.lean_step(pair.draft_model)[0]
+    mask_token = parallel_mask_token(pair.draft_model.config)
+    if settings.tree and mask_token is not None:
+        raise UsageError(
+            f"the draft model '{pair.draft_name}' drafts in parallel (PARD), which gives chains only; "
+            "drop --tree, or use an autoregressive draft model."
+        )
     if lean is None:
         check_sliding_rollback(pair.draft, f"the drafter '{pair.draft_name}'", length)
     return DraftModelDrafter(
         lean or pair.draft,
         pair.target.vocab_size,
         pair.draft_max_positions,
-        mask_token=parallel_mask_token(pair.draft_model.config),
+        mask_token=mask_token,
         p_min=settings.draft_p_min,
+        tree_size=settings.tree,
+        tree_width=settings.tree_width,
     )

@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from specli.engine.drafter import Drafter, Drafts, Proposal
-from specli.engine.sampling import SamplingConfig
+from specli.engine.sampling import SamplingConfig, process_logits
+from specli.engine.tree import TreeGrowth, grow_tree, path_to
+from specli.errors import UsageError
 from specli.models.eagle_head import EagleHead, HeadCache
 from specli.models.own_forward.core import LeanKV
 from specli.models.own_forward.head import LeanHead
@@ -45,8 +47,18 @@ class EagleDrafter(Drafter):
     name = "eagle"
 
     def __init__(
-        self, head: EagleHead, target_model: Any, p_min: float = 0.0, lean: LeanHead | None = None
+        self,
+        head: EagleHead,
+        target_model: Any,
+        p_min: float = 0.0,
+        lean: LeanHead | None = None,
+        tree_size: int = 0,
+        tree_width: int = 2,
     ) -> None:
+        if tree_size and head.config.parallel:
+            raise ValueError("a parallel (P-EAGLE) head drafts chains only")
+        self.tree_size = tree_size  # > 0: token trees of up to that many nodes (docs/design.md §14)
+        self.tree_width = tree_width
         self.head = head
         self.lean = lean
         self.p_min = p_min  # end a draft before a token the head gives less than this
@@ -84,13 +96,21 @@ class EagleDrafter(Drafter):
     def _new_cache(self) -> HeadCache | LeanKV:
         return self.lean.new_cache() if self.lean is not None else HeadCache()
 
-    def _step(self, embeds: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
-        """The head's layers over n positions after its cache: embeds, hidden [n, H] -> states [n, H]."""
+    def _step(
+        self,
+        embeds: torch.Tensor,
+        hidden: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        visible: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The head's layers over n positions after its cache: embeds, hidden [n, H] -> states [n, H].
+        A tree's step names each position's own (positions [n]) and the keys it sees (visible)."""
         if self.lean is not None:
-            return self.lean.step(embeds, hidden, self._cache)
-        start = self._cache.length
-        positions = torch.arange(start, start + embeds.shape[0], device=self.device)
-        return self.head.step(embeds, hidden, positions, self._cache)
+            return self.lean.step(embeds, hidden, self._cache, positions, visible)
+        if positions is None:
+            start = self._cache.length
+            positions = torch.arange(start, start + embeds.shape[0], device=self.device)
+        return self.head.step(embeds, hidden, positions.to(self.device), self._cache, visible)
 
     def reset(self, prompt_ids: list[int]) -> None:
         self._cache = self._new_cache()
@@ -149,6 +169,8 @@ class EagleDrafter(Drafter):
         if head.config.parallel:
             return self._propose_parallel(states[m - 1 :], sampling, generator)
         state = states[-1:]  # [1, H]
+        if self.tree_size:
+            return self._propose_tree(state, k, sampling)
         drafts = Drafts(sampling, generator, self.p_min)
         for i in range(k):
             token = drafts.take(self._target_logits(head.draft_logits(state, self._target_head)[-1]))
@@ -157,6 +179,55 @@ class EagleDrafter(Drafter):
             if i < k - 1:  # the chain: the head's own state stands in for the missing feature
                 state = self._step(self._embeddings(token), state)
         return self._proposal(drafts)
+
+    def _distribution(self, states: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
+        """Output states [n, H] -> the head's distributions over the target's vocabulary [n, V] (softmax
+        when greedy, processed as the target's p when sampling): what ranks tree nodes."""
+        logits = torch.stack(
+            [self._target_logits(row) for row in self.head.draft_logits(states, self._target_head)]
+        )
+        return torch.softmax(logits, -1) if sampling.greedy else process_logits(logits, sampling)
+
+    def _propose_tree(self, root: torch.Tensor, k: int, sampling: SamplingConfig) -> Proposal:
+        """A token tree of depth <= k grown from the root state [1, H] (EAGLE-2): each depth ONE head step
+        over the frontier, node x entering as (embedding of x, the state that drafted x) at position
+        (true length + depth - 1), seeing the true positions and its own ancestors' slots. The tree's
+        slots are cut at commit (the cache keeps true positions only)."""
+        start = self._cache.length  # == self._true_length
+        state_of: dict[int, torch.Tensor] = {}  # node -> the state its children are drafted from [1, H]
+        slots: dict[int, int] = {}
+
+        def expand(frontier: list[int], growth: TreeGrowth) -> torch.Tensor:
+            base = start + len(slots)
+            visible = torch.zeros(len(frontier), base + len(frontier), dtype=torch.bool)
+            visible[:, :start] = True
+            node_depths, hidden = [], []
+            for row, node in enumerate(frontier):
+                path = path_to(growth.parents, node)
+                for ancestor in path[:-1]:
+                    visible[row, slots[ancestor]] = True
+                visible[row, base + row] = True
+                slots[node] = base + row
+                node_depths.append(len(path))
+                parent = growth.parents[node]
+                hidden.append(root if parent < 0 else state_of[parent])
+            positions = torch.tensor(node_depths) + (start - 1)
+            tokens = [growth.tokens[node] for node in frontier]
+            states = self._step(self._embeddings(tokens), torch.cat(hidden), positions, visible)  # [w, H]
+            for row, node in enumerate(frontier):
+                state_of[node] = states[row : row + 1]
+            return self._distribution(states, sampling)  # [w, V]
+
+        tokens, parents, probs = grow_tree(
+            self._distribution(root, sampling)[0], expand, k, self.tree_width, self.tree_size
+        )
+        self._info.update(
+            target_layers=list(self.feature_layers),
+            draft_vocab=self.head.config.draft_vocab_size,
+            tree=len(tokens),
+        )
+        self._drafted = tokens
+        return Proposal(torch.tensor(tokens, dtype=torch.long), info=self._info, parents=parents, probs=probs)
 
     def _propose_parallel(
         self, states: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator | None
@@ -179,6 +250,11 @@ class EagleDrafter(Drafter):
         self._drafted = proposal.ids.tolist()
         return proposal
 
+    def commit_tree(self, path: list[int], token: int) -> None:
+        """The engine observed the root's and the path's features (in that order) after verifying."""
+        self._drafted = [self._drafted[i] for i in path]
+        self.commit(len(path), token)
+
     def commit(self, accepted: int, token: int) -> None:
         if self._vocab is not None and self._info:  # could the head have drafted the target's token?
             self._info["token_in_draft_vocab"] = token in self._vocab
@@ -195,4 +271,16 @@ def build(pair: Pair, settings: Settings, length: int) -> EagleDrafter:
     stepping through its lean forward unless lean steps are off. `length` does not matter: the head's
     cache grows as it needs."""
     lean = pair.lean_step(pair.head)[0]
-    return EagleDrafter(pair.head, pair.target_model, p_min=settings.draft_p_min, lean=lean)
+    if settings.tree and pair.head.config.parallel:
+        raise UsageError(
+            f"the head '{pair.head_name}' drafts in parallel (P-EAGLE), which gives chains only; "
+            "drop --tree, or use an autoregressive EAGLE head."
+        )
+    return EagleDrafter(
+        pair.head,
+        pair.target_model,
+        p_min=settings.draft_p_min,
+        lean=lean,
+        tree_size=settings.tree,
+        tree_width=settings.tree_width,
+    )

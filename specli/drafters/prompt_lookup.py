@@ -21,6 +21,7 @@ import torch
 from specli.drafters.suffix_index import Continuation, SuffixIndex
 from specli.engine.drafter import Drafter, Proposal
 from specli.engine.sampling import SamplingConfig
+from specli.engine.tree import ROOT, TreeGrowth, depths, subtree
 
 if TYPE_CHECKING:
     from specli.pair import Pair
@@ -54,11 +55,16 @@ class PromptLookupDrafter(Drafter):
 
     name = "lookup"
 
-    def __init__(self, ngram_min: int = 1, ngram_max: int = 3) -> None:
+    def __init__(
+        self, ngram_min: int = 1, ngram_max: int = 3, tree_size: int = 0, tree_width: int = 2
+    ) -> None:
         self.ngram_min = ngram_min
         self.ngram_max = ngram_max
+        self.tree_size = tree_size  # > 0: token trees of up to that many nodes (docs/design.md §14)
+        self.tree_width = tree_width
         self._index = SuffixIndex(ngram_min, ngram_max)
         self._drafted: list[int] = []
+        self._tree_depth = 0  # the last tree's depth
         self.draft_state = "searching"
 
     def reset(self, prompt_ids: list[int]) -> None:
@@ -68,19 +74,61 @@ class PromptLookupDrafter(Drafter):
         self.draft_state = "searching"
 
     def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None) -> Proposal:
+        if self.tree_size and k > 0:
+            return self._propose_tree(k)
         drafted = self._index.draft(k) if k > 0 else []
         self._drafted = [c.token for c in drafted]
         info = draft_info(drafted, len(self._index))
         cut = "match" if len(drafted) < k else None
         return Proposal(torch.tensor(self._drafted, dtype=torch.long), info=info, cut=cut)
 
-    def commit(self, accepted: int, token: int) -> None:
-        self._index.extend(self._drafted[:accepted] + [token])
-        self.draft_state = "copying" if self._drafted and accepted == len(self._drafted) else "searching"
+    def _propose_tree(self, k: int) -> Proposal:
+        """A tree of depth <= k (SuffixDecoding): each node's children are the tokens that most often
+        followed the longest matched suffix of the text plus its path, each weighted by its share of
+        those occurrences; depth by depth the `tree_width` likeliest paths branch, then the `tree_size`
+        likeliest nodes stay. Nothing matched: no draft (a plain step)."""
+        index, growth = self._index, TreeGrowth()
+        matches = {ROOT: index.tail}
+
+        def branch(parent: int) -> list[int]:
+            found = index.followers(matches[parent], self.tree_width)
+            added = growth.add_children(parent, [t for t, _ in found], [share for _, share in found])
+            for node in added:
+                matches[node] = index.step(matches[parent], growth.tokens[node])
+            return added
+
+        growth.newest = branch(ROOT)
+        for _ in range(1, k):
+            growth.newest = [node for parent in growth.frontier(self.tree_width) for node in branch(parent)]
+            if not growth.newest:
+                break
+        keep = growth.select(self.tree_size)
+        parents = subtree(growth.parents, keep)
+        self._drafted = [growth.tokens[i] for i in keep]
+        self._tree_depth = max(depths(parents), default=0)
+        info = draft_info(index.draft(1), len(index)) | {"tree": len(keep)}
+        if not keep:
+            return Proposal(torch.empty(0, dtype=torch.long), info=info, cut="match")
+        probs = [growth.probs[i] for i in keep]
+        return Proposal(
+            torch.tensor(self._drafted, dtype=torch.long), info=info, parents=parents, probs=probs
+        )
+
+    def commit_tree(self, path: list[int], token: int) -> None:
+        self.commit(0, token, kept=[self._drafted[i] for i in path])
+
+    def commit(self, accepted: int, token: int, kept: list[int] | None = None) -> None:
+        if kept is None:  # a chain
+            kept = self._drafted[:accepted]
+            whole = bool(self._drafted) and accepted == len(self._drafted)
+        else:  # a tree: the path reached as deep as the tree went
+            whole = bool(kept) and len(kept) >= self._tree_depth
+        self._index.extend(kept + [token])
+        self.draft_state = "copying" if whole else "searching"
         self._drafted = []
 
 
 def build(pair: Pair, settings: Settings, length: int) -> PromptLookupDrafter:
     """Strategy lookup's drafter (the strategy table's factory): an index of prompt + output with the
     settings' n-gram orders; it needs nothing of the pair."""
-    return PromptLookupDrafter(settings.ngram_min, settings.ngram_max)
+    return PromptLookupDrafter(settings.ngram_min, settings.ngram_max, settings.tree, settings.tree_width)

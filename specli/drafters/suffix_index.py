@@ -185,6 +185,22 @@ class SuffixIndex:
             length = self._len[state]
         return None
 
+    def followers(self, match: Match, width: int) -> list[tuple[int, float]]:
+        """The `width` tokens that most often followed the longest suffix of the match (at least
+        ngram_min long) that anything followed, with their share of those occurrences, most frequent
+        first (its `continuation` token first among equals); [] when no such suffix exists. The branches
+        of a lookup tree (SuffixDecoding)."""
+        state, length = match.state, match.length
+        while state != ROOT and length >= self.ngram_min:
+            best = self._best[state]
+            if best is not None:
+                total = self._total[state]
+                ranked = sorted(self._follow[state].items(), key=lambda item: (-item[1], item[0] != best[0]))
+                return [(token, count / total) for token, count in ranked[:width]]
+            state = self._link[state]
+            length = self._len[state]
+        return []
+
     def draft(self, k: int, match: Match | None = None) -> list[Continuation]:
         """Up to k tokens continuing the text (from `match`, default the tail), each the most frequent
         follower of the longest match of the text plus the tokens drafted before it; fewer when no

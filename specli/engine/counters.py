@@ -27,9 +27,10 @@ class SpecCounters:
     accepted: int | None = None
     position_accepted: list[int] | None = None
 
-    def observe_draft(self, drafted: int, accepted: int) -> None:
-        """One round's draft: `drafted` tokens sent to the target, the first `accepted` of them kept. A
-        round that drafted nothing is no draft."""
+    def observe_draft(self, drafted: int, accepted: int, depth: int | None = None) -> None:
+        """One round's draft: `drafted` tokens sent to the target, the first `accepted` of them kept (a
+        tree's: its nodes, and the accepted path's length; positions then count depths up to `depth`).
+        A round that drafted nothing is no draft."""
         if drafted <= 0:
             return
         self.drafts = (self.drafts or 0) + 1
@@ -38,7 +39,7 @@ class SpecCounters:
         if self.position_accepted is None:
             self.position_accepted = []
         positions = self.position_accepted
-        positions += [0] * (drafted - len(positions))  # as long as the longest draft
+        positions += [0] * ((depth or drafted) - len(positions))  # as long as the longest draft
         for i in range(accepted):
             positions[i] += 1
 

@@ -15,18 +15,33 @@ state. Prompt lookup says "copying" after a round whose whole draft was accepted
 an earlier passage, so the next copied tokens are likely right and a long draft pays, as suffix decoding
 argues) and "searching" otherwise.
 
+A token tree's size is chosen the same way, after the drafter grew it (docs/design.md §14): the
+expected tokens of keeping a set S of its nodes are 1 + c·Σ_{i∈S} P(i), P(i) the product of draft
+probabilities along node i's path and c the ratio of accepted path lengths to those sums over the
+trees verified so far (a calibrated drafter has c = 1); its cost is the round's draft time plus the
+verify line at |S| + 1 tokens. The candidates are the N best nodes for every N (closed under ancestors)
+and the best chain of every depth; the best tokens per second wins, the smaller on a tie.
+
 Pure Python, no torch: the engine feeds it each round's k, times and outcome.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from specli.engine.tree import best_nodes, depths, path_probabilities, path_to
+
+if TYPE_CHECKING:
+    from specli.engine.events import TreeRecord
 
 PRIOR_ACCEPT = 0.7  # the pooled acceptance before any draft was judged
 POOLED_WEIGHT = 2.0  # ... counting as this many judged drafts
 PRIOR_WEIGHT = 8.0  # a position's estimate leans on the pooled one as if it were this many rounds
 DECAY = 0.98  # per observation: older rounds fade (acceptance and costs drift along a text)
 WARMUP_ROUNDS = 3  # rounds at the maximum k before the cost model decides
+TREE_PRIOR_WEIGHT = 2.0  # the tree calibration c starts at 1, worth this many rounds
 VERIFY_SLOPE = 0.05  # until two lengths were verified: each more token costs 5 % of a verify (a CPU's)
 
 
@@ -40,14 +55,16 @@ class _Costs:
     draft_units: float = 0.0
     verify: dict[int, list[float]] = field(default_factory=dict)  # n -> [decayed time sum, weight]
 
-    def add(self, drafted: int, draft_time: float, verify_time: float) -> None:
+    def add(self, drafted: int, draft_time: float, verify_time: float, verified: int | None = None) -> None:
+        """One round: `drafted` draft steps (a tree's depth), `verified` tokens in the verify forward
+        (default drafted + 1)."""
         if drafted > 0:
             self.draft_sum = self.draft_sum * DECAY + draft_time
             self.draft_units = self.draft_units * DECAY + (1.0 if self.parallel else drafted)
         for entry in self.verify.values():
             entry[0] *= DECAY
             entry[1] *= DECAY
-        entry = self.verify.setdefault(drafted + 1, [0.0, 0.0])
+        entry = self.verify.setdefault(verified or drafted + 1, [0.0, 0.0])
         entry[0] += verify_time
         entry[1] += 1.0
 
@@ -101,6 +118,8 @@ class DraftLength:
     _judged: dict[str | None, list[float]] = field(default_factory=dict)  # per state and position
     _costs: _Costs = field(init=False)
     _rounds: int = 0
+    _tree: list[float] = field(default_factory=lambda: [TREE_PRIOR_WEIGHT, TREE_PRIOR_WEIGHT])  # accepted, P
+    _tree_rounds: int = 0
 
     def __post_init__(self) -> None:
         if self.max_k < 1:
@@ -155,10 +174,55 @@ class DraftLength:
         best = max(rates, key=lambda rate: (rate[0], -rate[1]))[1]  # the smallest k on a tie
         return best, "budget" if best == cap < self.max_k else "cost model"
 
+    def tree_calibration(self) -> float:
+        """c: accepted path lengths over the sums of the verified nodes' path probabilities (decayed; a
+        prior of 1 worth TREE_PRIOR_WEIGHT)."""
+        accepted, predicted = self._tree
+        return accepted / predicted if predicted > 0 else 1.0
+
+    def choose_nodes(
+        self, parents: Sequence[int], probs: Sequence[float] | None, draft_time: float
+    ) -> list[int]:
+        """The nodes of a drafted tree (parents, each node's draft probability) to verify this round:
+        all of them when fixed or warming up, else the candidate with the most expected tokens per
+        second (module docstring). Ascending, closed under ancestors."""
+        n = len(parents)
+        if probs is None or self.fixed or self._tree_rounds < WARMUP_ROUNDS or not self._costs.seen:
+            return list(range(n))
+        scores = path_probabilities(parents, probs)
+        c = self.tree_calibration()
+        intercept, slope = self._costs.verify_line()
+        candidates = {tuple(best_nodes(parents, scores, size)) for size in range(1, n + 1)}
+        by_depth: dict[int, int] = {}
+        for node, depth in enumerate(depths(parents)):
+            if depth not in by_depth or scores[node] > scores[by_depth[depth]]:
+                by_depth[depth] = node
+        candidates |= {tuple(sorted(path_to(parents, node))) for node in by_depth.values()}
+
+        def rate(nodes: tuple[int, ...]) -> float:
+            expected = 1.0 + c * sum(scores[i] for i in nodes)
+            return expected / max(draft_time + intercept + slope * (len(nodes) + 1), 1e-12)
+
+        return list(max(candidates, key=lambda nodes: (rate(nodes), -len(nodes))))
+
+    def observe_tree(self, tree: TreeRecord) -> None:
+        """A verified tree round: calibrates c."""
+        scores = path_probabilities(tree.parents, tree.draft_probs)
+        self._tree[0] = self._tree[0] * DECAY + len(tree.path)
+        self._tree[1] = self._tree[1] * DECAY + sum(scores)
+        self._tree_rounds += 1
+
     def observe(
-        self, drafted: int, accepted: int, draft_time: float, verify_time: float, state: str | None = None
+        self,
+        drafted: int,
+        accepted: int,
+        draft_time: float,
+        verify_time: float,
+        state: str | None = None,
+        verified: int | None = None,
     ) -> None:
-        """One verified round: how many were drafted and kept, and what drafting and verifying took."""
+        """One verified round: how many were drafted (a tree's depth) and kept, what drafting and
+        verifying took, and how many tokens the verify forward ran (default drafted + 1)."""
         kept, judged = self._counts(state)
         for i in range(self.max_k):  # every position fades: one not drafted for long drifts to the prior
             judged[i] *= DECAY
@@ -166,5 +230,5 @@ class DraftLength:
         for i in range(min(drafted, accepted + 1, self.max_k)):  # positions the target judged
             judged[i] += 1.0
             kept[i] += float(i < accepted)
-        self._costs.add(drafted, draft_time, verify_time)
+        self._costs.add(drafted, draft_time, verify_time, verified)
         self._rounds += drafted > 0

@@ -35,6 +35,15 @@ class Proposal:
     q: torch.Tensor | None = None
     info: dict[str, Any] = field(default_factory=dict)
     cut: str | None = None
+    parents: list[int] | None = None
+    probs: list[float] | None = None
+
+    @property
+    def is_tree(self) -> bool:
+        """A token tree (docs/design.md §14): ids [N] in node order, `parents` [N] (-1: the pending
+        token), `probs` [N] each token's probability under the drafter given its parent; siblings
+        distinct and most likely first. Its children were chosen deterministically, so q is None."""
+        return self.parents is not None
 
     @classmethod
     def empty(cls) -> Proposal:
@@ -97,6 +106,10 @@ class Drafter(ABC):
       [n, len(feature_layers) * H] for those n positions, concatenated low -> high. Rows after pending
       and the `accepted` drafts belong to rejected tokens: the drafter drops them at `commit`. No extra
       target forward ever runs for the features.
+    - `tree_size`: > 0 when it proposes token trees of up to that many nodes (`Proposal.is_tree`); the
+      engine verifies all of them in one masked target forward and calls `commit_tree(path, token)`
+      instead of `commit`. A feature-reading drafter observes the features of the root (pending) and
+      of the accepted path's nodes only, in that order, after verification and before `commit_tree`.
     - `shares_target_cache`: it drafts inside the target's own cache and computes the verify forward
       itself (self). The engine calls `attach(cache)` after the prefill and, every round (k >= 0
       drafted tokens), `verify_forward(ids [k+1], cache) -> logits [k+1, V]` instead of the target's
@@ -110,6 +123,7 @@ class Drafter(ABC):
     draft_state: str | None = None
     feature_layers: tuple[int, ...] = ()
     shares_target_cache: bool = False
+    tree_size: int = 0
 
     @abstractmethod
     def reset(self, prompt_ids: list[int]) -> None:
@@ -122,6 +136,11 @@ class Drafter(ABC):
     @abstractmethod
     def commit(self, accepted: int, token: int) -> None:
         """The target kept the first `accepted` proposed tokens and appended `token`; update state."""
+
+    def commit_tree(self, path: list[int], token: int) -> None:
+        """After a tree round: the target kept the nodes `path` (root to leaf, node numbers of the last
+        proposal) and appended `token`."""
+        raise NotImplementedError(f"{type(self).__name__} declares tree_size but does not commit trees")
 
     def observe_features(self, features: torch.Tensor) -> None:
         """The target's hidden states [n, F] from the forward just run (called when feature_layers)."""

@@ -37,6 +37,49 @@ class StopReason(str, Enum):
 
 
 @dataclass(frozen=True)
+class TreeRecord:
+    """A tree round's nodes as the target judged them (docs/design.md §14), in node order.
+
+    tokens / parents: each node's token and parent (-1: the root, the pending token; parents come
+    before their children, siblings in the order they were tried). draft_probs: each token's probability
+    under the drafter given its parent (1.0 for a deterministic choice). target_probs: the target's
+    probability of each token at its parent (filled when sampling or when the engine records; else
+    empty). status: "accepted" (on the kept path), "rejected" (judged and refused) or "unjudged" (under
+    a refused node). path: the accepted nodes, root to leaf.
+    """
+
+    tokens: list[int]
+    parents: list[int]
+    draft_probs: list[float]
+    target_probs: list[float]
+    status: list[str]
+    path: list[int]
+
+    @property
+    def size(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def depths(self) -> list[int]:
+        """Each node's depth (1: a child of the root)."""
+        out: list[int] = []
+        for parent in self.parents:
+            out.append(1 if parent < 0 else out[parent] + 1)
+        return out
+
+    @property
+    def depth(self) -> int:
+        """The deepest node's depth (0 for an empty tree)."""
+        return max(self.depths, default=0)
+
+    @property
+    def ends_at_leaf(self) -> bool:
+        """Whether the accepted path ends at a node without children (then the target adds a bonus)."""
+        last = self.path[-1] if self.path else -1
+        return last not in self.parents
+
+
+@dataclass(frozen=True)
 class Round:
     """One draft -> verify -> commit step.
 
@@ -62,6 +105,9 @@ class Round:
         (the k that maximizes expected tokens per second), "warm-up" (the maximum, before enough rounds
         were measured), "fixed" (--fixed-k), "budget" (the tokens left), or why the drafter proposed
         fewer: "threshold" (draft_p_min), "match" (a lookup match ended), "context".
+    tree: a tree round's nodes (`TreeRecord`); None for a chain. A tree round's `drafted` lists every
+        node the target verified, the accepted path first (so `drafted[:accepted]` is what it kept),
+        then the others in node order; draft_probs and accept_probs follow that order.
     """
 
     index: int
@@ -85,6 +131,7 @@ class Round:
     prefill_time: float = 0.0
     draft_limit: int = 0
     draft_reason: str = ""
+    tree: TreeRecord | None = None
 
     @classmethod
     def from_verdict(
@@ -124,7 +171,13 @@ class Round:
             prefill_time=prefill_time,
             draft_limit=draft_limit,
             draft_reason=draft_reason,
+            tree=verdict.tree,
         )
+
+    @property
+    def nodes(self) -> int:
+        """Draft tokens the target verified this round: a tree's nodes, a chain's k."""
+        return len(self.drafted)
 
     @property
     def rejected(self) -> list[int]:
@@ -142,6 +195,8 @@ class Round:
         d["kind"] = self.kind.value
         d["stop"] = self.stop.value if self.stop else None
         d["rejected"] = self.rejected
+        if self.tree is None:
+            del d["tree"]
         if self.token_source:
             d["token_source"] = [[t, p] for t, p in self.token_source]
         else:
@@ -168,7 +223,8 @@ class Stats(SpecCounters):
     rejections: rounds that ended in a correction after at least one drafted token; each judged exactly
     one draft and refused it, so accepted + rejections is the number of drafts the target judged.
     position_drafted[i]: rounds that drafted position i (so position_drafted[0] = drafts);
-    position_judged[i]: rounds whose drafts before position i were all kept.
+    position_judged[i]: rounds whose drafts before position i were all kept. A tree round's positions
+    are its depths, and its drafted count is its nodes.
     """
 
     drafts: int = 0
@@ -189,19 +245,20 @@ class Stats(SpecCounters):
     def observe(self, r: Round) -> None:
         self.rounds += 1
         kept = min(r.accepted, len(r.committed))  # drafts a stop (EOS, stop string) cut off were not kept
-        self.observe_draft(len(r.drafted), kept)
-        self.rejections += int(r.accepted < len(r.drafted))  # a correction after >= 1 judged draft
+        depth = r.tree.depth if r.tree is not None else len(r.drafted)  # positions are depths
+        self.observe_draft(len(r.drafted), kept, depth)
+        self.rejections += int(bool(r.drafted) and r.kind is TokenKind.CORRECTION)  # judged and refused
         self.tokens += len(r.committed)
         self.draft_time += r.draft_time
         self.prefill_time += r.prefill_time
         self.verify_time += r.verify_time
         self.elapsed = r.elapsed
         self.stop_reason = r.stop or self.stop_reason
-        grow = len(r.drafted) - len(self.position_drafted)
+        grow = depth - len(self.position_drafted)
         if grow > 0:
             self.position_drafted += [0] * grow
             self.position_judged += [0] * grow
-        for i in range(len(r.drafted)):
+        for i in range(depth):
             self.position_drafted[i] += 1
             self.position_judged[i] += i <= r.accepted
 
@@ -235,6 +292,11 @@ class Stats(SpecCounters):
         return sum(n * expected_acceptance_length(alpha, k) for k, n in enumerate(by_k)) / self.rounds
 
     @property
+    def nodes_per_round(self) -> float:
+        """Draft tokens verified per drafting round (a tree's nodes; a chain's k), 0.0 without drafts."""
+        return self.drafted / self.drafts if self.drafts else 0.0
+
+    @property
     def mean_acceptance_length(self) -> float:
         """Committed tokens per round (plain decoding: 1.0)."""
         return self.tokens / self.rounds if self.rounds else 0.0
@@ -265,6 +327,7 @@ class Stats(SpecCounters):
             "acceptance_rate": self.acceptance_rate,
             "accept_prob": self.accept_prob,
             "mean_acceptance_length": self.mean_acceptance_length,
+            "nodes_per_round": self.nodes_per_round,
             "tokens": self.tokens,
             "tokens_per_second": self.tokens_per_second,
             "elapsed_s": self.elapsed,

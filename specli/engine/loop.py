@@ -22,7 +22,8 @@ from specli.engine.drafter import Drafter, Proposal
 from specli.engine.events import Round, StopReason
 from specli.engine.sampling import SamplingConfig
 from specli.engine.stopping import StopCriteria
-from specli.engine.verify import verify
+from specli.engine.tree import ancestor_mask, depths, subtree
+from specli.engine.verify import Verdict, verify, verify_tree
 from specli.models.cached_lm import CachedLM, synchronize
 
 TargetForward = Callable[..., torch.Tensor]  # (ids [n], cache, last_only=False) -> logits [n|1, V]
@@ -79,17 +80,29 @@ def generate_rounds(
 
         t0 = perf_counter()  # draft
         proposal = drafter.propose(k, config.sampling, draft_generator) if k > 0 else Proposal.empty()
-        draft_ids = proposal.ids.to(device)  # [k]; only token ids (and q) cross devices
+        draft_ids = proposal.ids.to(device)  # [k] (a tree: [N]); only token ids (and q) cross devices
         synchronize(device)
         t1 = perf_counter()  # verify: one target forward over [pending, d_1..d_k]
-        logits = forward(torch.cat([torch.tensor([pending], device=device), draft_ids]), cache)  # [k+1, V]
-        verdict = verify(draft_ids, logits, proposal.q, config.sampling, generator, config.record_top)
-        target.rewind(cache, len(verdict.drafted) - verdict.accepted)  # drop the rejected positions
-        if drafter is not None:
-            drafter.commit(verdict.accepted, verdict.token)
+        if proposal.is_tree and drafter is not None and length is not None:
+            nodes = length.choose_nodes(proposal.parents, proposal.probs, t1 - t0)
+            verdict = _verify_tree(target, drafter, proposal, nodes, pending, cache, config, generator)
+            depth = verdict.tree.depth if verdict.tree is not None else 0
+        else:
+            logits = forward(
+                torch.cat([torch.tensor([pending], device=device), draft_ids]), cache
+            )  # [k+1, V]
+            verdict = verify(draft_ids, logits, proposal.q, config.sampling, generator, config.record_top)
+            target.rewind(cache, len(verdict.drafted) - verdict.accepted)  # drop the rejected positions
+            if drafter is not None:
+                drafter.commit(verdict.accepted, verdict.token)
+            depth = len(verdict.drafted)
         t2 = perf_counter()
         if length is not None:
-            length.observe(len(verdict.drafted), verdict.accepted, t1 - t0, t2 - t1, state)
+            length.observe(
+                depth, verdict.accepted, t1 - t0, t2 - t1, state, verified=len(verdict.drafted) + 1
+            )
+            if verdict.tree is not None:
+                length.observe_tree(verdict.tree)
 
         committed, reason = stop.commit(generated, verdict.committed)  # cut at EOS / a stop string
         generated += committed
@@ -113,6 +126,45 @@ def generate_rounds(
         )
         if reason is not None:
             return
+
+
+def _verify_tree(
+    target: CachedLM,
+    drafter: Drafter,
+    proposal: Proposal,
+    nodes: list[int],
+    pending: int,
+    cache: Any,
+    config: EngineConfig,
+    generator: torch.Generator | None,
+) -> Verdict:
+    """A tree round's verify (docs/design.md §14): ONE masked target forward over [pending, the chosen
+    `nodes` of the proposal] (each sees the prefix and its ancestors, at position prefix + depth), the
+    tree verification, the cache compacted to the accepted path, the drafter told the path (in the
+    proposal's node numbers). Returns the verdict, its tree renumbered over `nodes`."""
+    device = target.output_device
+    parents = subtree(proposal.parents, nodes)  # [N] over the chosen nodes
+    ids = proposal.ids[nodes].to(device)  # [N]
+    probs = [proposal.probs[i] for i in nodes] if proposal.probs is not None else None
+    length = target.cache_length(cache)
+    n = len(nodes) + 1
+    positions = torch.tensor([length] + [length + d for d in depths(parents)])  # [N+1]
+    visible = torch.cat([torch.ones(n, length, dtype=torch.bool), ancestor_mask(parents)], 1)  # [N+1, L+N+1]
+    logits, features = target.forward_masked(
+        torch.cat([torch.tensor([pending], device=device), ids]),
+        cache,
+        positions,
+        visible,
+        drafter.feature_layers,
+    )  # [N+1, V], [N+1, F] | None
+    verdict = verify_tree(ids, parents, logits, config.sampling, generator, probs, config.record_top)
+    path = verdict.tree.path if verdict.tree is not None else []
+    rows = [0] + [i + 1 for i in path]  # the root and the accepted path
+    if features is not None:
+        drafter.observe_features(features[rows])  # [1 + accepted, F]
+    target.keep(cache, n, rows)
+    drafter.commit_tree([nodes[i] for i in path], verdict.token)
+    return verdict
 
 
 def _generators(

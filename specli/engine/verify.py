@@ -6,11 +6,14 @@ target emits a *correction*; when all k are accepted it emits a *bonus* token fr
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import torch
 
+from specli.engine.events import TreeRecord
 from specli.engine.sampling import SamplingConfig, process_logits, sample
+from specli.engine.tree import ROOT, children
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,8 @@ class Verdict:
         was chosen deterministically -- and target_probs is empty).
     target_argmax: the target's argmax at each of the k+1 positions (greedy only; sampling: empty).
     token_source: top (id, probability) entries of the distribution `token` came from (when recorded).
+    tree: a tree round's record (nodes, their status, the accepted path); None for a chain. `drafted`
+        then lists the accepted path first, then the other nodes in node order (docs/design.md §14).
     """
 
     accepted: int
@@ -37,9 +42,12 @@ class Verdict:
     target_probs: list[float] = field(default_factory=list)
     target_argmax: list[int] = field(default_factory=list)
     token_source: list[tuple[int, float]] = field(default_factory=list)
+    tree: TreeRecord | None = None
 
     @property
     def is_bonus(self) -> bool:
+        if self.tree is not None:
+            return self.tree.ends_at_leaf
         return self.accepted == len(self.accept_probs)
 
     @property
@@ -165,5 +173,228 @@ def verify(
         return verdict
     top = _top(source, record_top)
     if all(t != verdict.token for t, _ in top):  # the added token's own entry, even outside the top
+        top.append((verdict.token, float(source[verdict.token])))
+    return replace(verdict, token_source=top)
+
+
+# --------------------------------------------------------------------------- token trees
+
+
+def _tree_verdict(
+    tokens: list[int],
+    parents: Sequence[int],
+    path: list[int],
+    token: int,
+    status: list[str],
+    accept_probs: list[float],
+    draft_probs: Sequence[float],
+    target_probs: list[float],
+    uniforms: list[float],
+) -> Verdict:
+    """A tree round's Verdict: per-node lists reordered path first (drafted[:accepted] is kept)."""
+    order = path + [i for i in range(len(tokens)) if i not in set(path)]
+
+    def ordered(values: Sequence[float]) -> list[float]:
+        return [values[i] for i in order] if values else []
+
+    record = TreeRecord(
+        tokens=list(tokens),
+        parents=list(parents),
+        draft_probs=[float(q) for q in draft_probs],
+        target_probs=target_probs,
+        status=status,
+        path=path,
+    )
+    return Verdict(
+        accepted=len(path),
+        token=token,
+        drafted=[tokens[i] for i in order],
+        accept_probs=ordered(accept_probs),
+        uniforms=ordered(uniforms),
+        draft_probs=ordered(draft_probs),
+        target_probs=ordered(target_probs),
+        tree=record,
+    )
+
+
+def verify_tree_greedy(
+    tokens: torch.Tensor,
+    parents: Sequence[int],
+    target_logits: torch.Tensor,
+    draft_probs: Sequence[float] | None = None,
+    target_probs: torch.Tensor | None = None,
+) -> Verdict:
+    """Greedy verification of a token tree. tokens [N] (node order), parents [N] (-1: the root),
+    target_logits [N+1, V] (row 0 the root, row i + 1 node i, each computed with only its ancestors in
+    view) -> the accepted path and the added token.
+
+    Derivation: the target's greedy continuation after the prefix is argmax of row 0, then argmax of the
+    row of that token, and so on. Starting at the root, a child whose token equals the argmax of its
+    parent's row is exactly the target's next token, and its own row holds the target's logits after it
+    (it saw the prefix and its ancestors, i.e. the committed text), so descend into it; the other
+    children there are refused. At the first row none of whose children is its argmax, that argmax is
+    the target's next token (the correction); at a leaf it is the bonus. Siblings carry distinct tokens,
+    so at most one child matches. target_probs [N] (optional): p of each node's token at its parent.
+    """
+    n = tokens.shape[0]
+    both = torch.cat([target_logits.argmax(-1), tokens.to(target_logits.device)]).tolist()  # one sync
+    argmax, toks = both[: n + 1], both[n + 1 :]
+    kids = children(parents)
+    status = ["unjudged"] * n
+    path: list[int] = []
+    row = 0
+    while True:
+        matched = None
+        for child in kids[row]:
+            if matched is None and toks[child] == argmax[row]:
+                matched = child
+                status[child] = "accepted"
+            else:
+                status[child] = "rejected"
+        if matched is None:
+            break
+        path.append(matched)
+        row = matched + 1
+    accept = [1.0 if s == "accepted" else 0.0 for s in status]
+    return _tree_verdict(
+        toks,
+        parents,
+        path,
+        argmax[row],
+        status,
+        accept,
+        draft_probs if draft_probs is not None else [1.0] * n,
+        target_probs.tolist() if target_probs is not None else [],
+        [],
+    )
+
+
+def verify_tree_sampling(
+    tokens: torch.Tensor,
+    parents: Sequence[int],
+    p: torch.Tensor,
+    generator: torch.Generator | None,
+    draft_probs: Sequence[float] | None = None,
+) -> Verdict:
+    """Lossless verification of a tree whose children were chosen deterministically (a drafter's top
+    tokens, not samples). tokens [N], parents [N], p [N+1, V] the target's processed distribution at each
+    row -> the accepted path and the added token.
+
+    Rule: at a row with distribution p, try its children c_1, c_2, .. in order with p' = p: accept c_j
+    with probability p'(c_j); after a rejection set p'(c_j) = 0 and renormalise; if every child is
+    refused, draw the correction from the last p' (at a leaf p' = p: the bonus). Accepting descends into
+    the child's row and repeats.
+
+    Derivation (each step emits exactly one token distributed as p): with m = p(c_1) + .. + p(c_{j-1})
+    the mass refused before c_j, p'(c_j) = p(c_j) / (1 - m). So P(emit c_1) = p(c_1); P(emit c_j) =
+    P(c_1..c_{j-1} refused) * p(c_j) / (1 - m) = (1 - m) * p(c_j) / (1 - m) = p(c_j); and any other x is
+    drawn from p restricted to the non-children, renormalised, after all were refused (probability
+    1 - sum p(c)), i.e. with probability p(x). This is SpecInfer's multi-candidate rule with one-hot
+    proposals (the residual of p' and a one-hot q at c is p' with c removed). Since an accepted child's
+    row is the target's distribution given it, the committed run is distributed as the target's own
+    samples, token by token. A sibling repeating an earlier sibling's token is refused outright (p'
+    already excludes it). One host sync: every node's p, every uniform and every row's correction are
+    drawn before the walk.
+    """
+    n = tokens.shape[0]
+    device = p.device
+    tokens = tokens.to(device)
+    rows = torch.tensor([parent - ROOT for parent in parents], dtype=torch.long, device=device)  # [N]
+    p_node = p[rows, tokens] if n else p.new_zeros(0)  # [N] p of each token at its parent's row
+    uniforms = torch.rand(n, generator=generator, device=device, dtype=p.dtype)  # [N]
+    refused = p.clone()
+    if n:
+        refused[rows, tokens] = 0.0  # every row without its children: where a correction comes from
+    total = refused.sum(-1, keepdim=True)
+    residual = torch.where(total > 0, refused / total.clamp_min(torch.finfo(p.dtype).tiny), p)  # [N+1, V]
+    corrections = sample(residual, generator)  # [N+1]
+    host = torch.cat([p_node, uniforms, corrections.to(p.dtype), tokens.to(p.dtype)]).tolist()
+    p_list, u_list = host[:n], host[n : 2 * n]
+    correction_list = [int(x) for x in host[2 * n : 3 * n + 1]]
+    toks = [int(x) for x in host[3 * n + 1 :]]
+    kids = children(parents)
+    status = ["unjudged"] * n
+    accept = [0.0] * n
+    path: list[int] = []
+    row = 0
+    while True:
+        refused_mass, tried, matched = 0.0, set(), None
+        for child in kids[row]:
+            if toks[child] in tried:  # p' is already 0 there
+                status[child] = "rejected"
+                continue
+            tried.add(toks[child])
+            left = 1.0 - refused_mass
+            accept[child] = min(1.0, p_list[child] / left) if left > 1e-12 else 1.0
+            if u_list[child] < accept[child]:
+                matched = child
+                status[child] = "accepted"
+                break
+            status[child] = "rejected"
+            refused_mass += p_list[child]
+        if matched is None:
+            token = correction_list[row]
+            break
+        path.append(matched)
+        row = matched + 1
+    return _tree_verdict(
+        toks,
+        parents,
+        path,
+        token,
+        status,
+        accept,
+        draft_probs if draft_probs is not None else [1.0] * n,
+        p_list,
+        u_list,
+    )
+
+
+def tree_token_distribution(verdict: Verdict, p: torch.Tensor) -> torch.Tensor:
+    """The distribution a tree verdict's token was drawn from -> [V]: the last row's p without the
+    children tried there, renormalised (p itself at a leaf). p [N+1, V] as in verify_tree_sampling."""
+    tree = verdict.tree
+    assert tree is not None
+    row = tree.path[-1] + 1 if tree.path else 0
+    dist = p[row].clone()
+    tried = [tree.tokens[i] for i, parent in enumerate(tree.parents) if parent + 1 == row]
+    if tried:
+        dist[torch.tensor(tried, device=dist.device)] = 0.0
+    total = dist.sum()
+    return dist / total if total > 0 else p[row]
+
+
+def verify_tree(
+    tokens: torch.Tensor,
+    parents: Sequence[int],
+    logits: torch.Tensor,
+    sampling: SamplingConfig,
+    generator: torch.Generator | None,
+    draft_probs: Sequence[float] | None = None,
+    record_top: int = 0,
+) -> Verdict:
+    """One tree round's verification: the target's logits [N+1, V] (row 0 the root) judge tokens [N]
+    under parents [N]. Greedy settings follow the argmax (verify_tree_greedy), sampling the
+    renormalising rule (verify_tree_sampling), with p processed as the chain's. record_top > 0 fills
+    `Verdict.token_source` as `verify` does, and (greedy) each node's target probability."""
+    if sampling.greedy:
+        probs = logits.float().softmax(-1) if record_top else None  # [N+1, V]
+        node_p = None
+        if probs is not None and tokens.shape[0]:
+            rows = torch.tensor([parent - ROOT for parent in parents], device=probs.device)
+            node_p = probs[rows, tokens.to(probs.device)]  # [N]
+        verdict = verify_tree_greedy(tokens, parents, logits, draft_probs, node_p)
+        if probs is None:
+            return verdict
+        row = verdict.tree.path[-1] + 1 if verdict.tree and verdict.tree.path else 0
+        source = probs[row]
+    else:
+        p = process_logits(logits, sampling)  # [N+1, V]
+        verdict = verify_tree_sampling(tokens, parents, p, generator, draft_probs)
+        if not record_top:
+            return verdict
+        source = tree_token_distribution(verdict, p)
+    top = _top(source, record_top)
+    if all(t != verdict.token for t, _ in top):
         top.append((verdict.token, float(source[verdict.token])))
     return replace(verdict, token_source=top)

@@ -160,20 +160,34 @@ class CachedLM:
             cache.activate_past_recording()
         return cache
 
-    def _run(self, ids: torch.Tensor, cache: Any, last_only: bool, **extra: Any) -> Any:
-        """The model's forward over ids [n] after what `cache` holds (the output object)."""
+    def _run(
+        self,
+        ids: torch.Tensor,
+        cache: Any,
+        last_only: bool,
+        tree: tuple[Any, Any] | None = None,
+        **extra: Any,
+    ) -> Any:
+        """The model's forward over ids [n] after what `cache` holds (the output object). tree: (positions
+        [n], visible [n, length + n]) for a masked forward (`forward_masked`), which runs eagerly."""
         kwargs = {"use_cache": True, **extra}
         if last_only and self._has_logits_to_keep:
             kwargs["logits_to_keep"] = 1
-        if not isinstance(cache, StaticKV):
+        static = isinstance(cache, StaticKV)
+        if tree is not None:
+            positions, visible = tree
+            columns = self._static.capacity if static else visible.shape[1]
+            kwargs["attention_mask"] = self._mask4d(visible, columns)
+            kwargs["position_ids"] = positions.to(self.device)[None]
+        if not static:
             return self.model(input_ids=ids.to(self.device)[None], **{self._cache_kw: cache}, **kwargs)
         ids = ids.to(self.device).clone()[None]  # [1, n]; a plain tensor even if the caller's was not
         n = ids.shape[1]
         cache.begin(n)
         kwargs[self._cache_kw] = cache.cache
-        kwargs["position_ids"] = cache.position_ids(n, ids.device)
+        kwargs.setdefault("position_ids", cache.position_ids(n, ids.device))
         warm = self._static.initialized and cache.length > 0  # the first forward on a cache stays eager
-        if self._compiled is not None and warm and n <= self.compiled_tokens:
+        if self._compiled is not None and warm and n <= self.compiled_tokens and tree is None:
             if ids.device.type == "cuda":
                 torch.compiler.cudagraph_mark_step_begin()  # every call its own step: outputs are copied
             out = _copied(self._compiled(input_ids=ids, **kwargs))
@@ -199,6 +213,62 @@ class CachedLM:
             device = logits.device
             features = torch.cat([out.hidden_states[i][0].to(device) for i in layers], -1)  # [n, F]
             return (logits[-1:] if last_only else logits), features
+
+    def cache_length(self, cache: AnyCache) -> int:
+        """Positions `cache` holds."""
+        return cache.length if isinstance(cache, StaticKV) else cache.get_seq_length()
+
+    def _mask4d(self, visible: torch.Tensor, columns: int) -> torch.Tensor:
+        """visible [n, m] (bool: which keys each query sees) -> the model's 4D attention mask [1, 1, n,
+        columns] (columns >= m: a static cache's capacity, the rest hidden): boolean for SDPA (as
+        transformers builds it), additive float for eager attention."""
+        n, m = visible.shape
+        full = torch.zeros(n, columns, dtype=torch.bool, device=self.device)
+        full[:, :m] = visible.to(self.device)
+        if getattr(self.model.config, "_attn_implementation", "sdpa") == "eager":
+            dtype = self.model.dtype
+            mask = torch.zeros(n, columns, dtype=dtype, device=self.device)
+            return mask.masked_fill(~full, torch.finfo(dtype).min)[None, None]
+        return full[None, None]
+
+    def forward_masked(
+        self,
+        ids: torch.Tensor,
+        cache: AnyCache,
+        positions: torch.Tensor,
+        visible: torch.Tensor,
+        layers: tuple[int, ...] = (),
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """A forward over ids [n] after the `length` positions `cache` holds, each token at its own
+        position (positions [n]) seeing only the keys `visible` [n, length + n] allows (a token tree:
+        the prefix and its ancestors) -> (logits [n, V], the hidden states `layers` [n, F] or None). The
+        cache grows by n positions; `keep` then compacts them."""
+        extra = {"output_hidden_states": True} if layers else {}
+        with _grad_mode(cache):
+            out = self._run(ids, cache, False, tree=(positions, visible), **extra)
+            logits = out.logits[0]  # [n, V]
+            if not layers:
+                return logits, None
+            features = torch.cat([out.hidden_states[i][0].to(logits.device) for i in layers], -1)
+            return logits, features
+
+    @staticmethod
+    def keep(cache: AnyCache, n: int, kept: list[int]) -> None:
+        """Of the newest n positions keep only `kept` (ascending offsets into them), moved to the front of
+        that block in order; the rest are dropped. A tree's verify block becomes its accepted path."""
+        moved = kept != list(range(len(kept)))
+        if moved:
+            with _grad_mode(cache):
+                if isinstance(cache, StaticKV):
+                    start = cache.length - n
+                    for layer in cache.cache.layers:
+                        _compact(layer.keys, layer.values, start, kept)
+                else:
+                    for layer in cache.layers:
+                        if getattr(layer, "is_initialized", True) and layer.keys is not None:
+                            start = layer.keys.shape[-2] - n
+                            _compact(layer.keys, layer.values, start, kept)
+        CachedLM.rewind(cache, n - len(kept))
 
     @property
     def sliding_window(self) -> int | None:
@@ -233,6 +303,14 @@ class CachedLM:
             return
         if any(getattr(layer, "is_sliding", False) for layer in cache.layers):
             cache.crop(0)
+
+
+def _compact(keys: torch.Tensor, values: torch.Tensor, start: int, kept: list[int]) -> None:
+    """Copy positions start + kept (along dim -2 of keys and values [.., T, d]) to start, start + 1, .."""
+    index = torch.tensor(kept, device=keys.device) + start
+    end = start + len(kept)
+    keys[..., start:end, :] = keys.index_select(-2, index)
+    values[..., start:end, :] = values.index_select(-2, index)
 
 
 @contextmanager

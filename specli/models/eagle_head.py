@@ -233,15 +233,17 @@ class EagleHead(nn.Module):
         hidden: torch.Tensor,
         positions: torch.Tensor,
         cache: HeadCache,
+        visible: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Run n new positions after what cache holds: embeds [n, H], hidden [n, H] (fused features or
         the head's own states) -> the last layer's output states [n, H]; appends n keys/values to each
-        layer's cache."""
+        layer's cache. visible [n, T + n] (a token tree's mask: which keys each position sees) replaces
+        the causal mask."""
         if self.config.kind == "eagle1":
-            return self.layer(self.fc(torch.cat([embeds, hidden], -1)), positions, cache)  # [n, H]
-        x = self.layer.forward_eagle3(embeds, hidden, positions, cache)  # [n, H]
+            return self.layer(self.fc(torch.cat([embeds, hidden], -1)), positions, cache, visible)  # [n, H]
+        x = self.layer.forward_eagle3(embeds, hidden, positions, cache, visible)  # [n, H]
         for layer in self.layers[1:]:
-            x = layer(x, positions, cache)
+            x = layer(x, positions, cache, visible)
         return x
 
     def draft_logits(self, states: torch.Tensor, target_head: nn.Module | None = None) -> torch.Tensor:
@@ -301,14 +303,20 @@ class _Layer(nn.Module):
             self._inv_freq = self._inv_freq.to(x.device)
         return rotate(x, positions, self._inv_freq, self.rope_scale)
 
-    def attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-        """Causal attention of the n newest queries over all keys -> [n, H]."""
+    def attend(
+        self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, visible: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Causal attention of the n newest queries over all keys (or the keys `visible` [n, T] allows)
+        -> [n, H]."""
         c = self.c
         n, total = q.shape[1], keys.shape[1]
         groups = c.num_heads // c.num_kv_heads
         if groups > 1:
             keys, values = keys.repeat_interleave(groups, 0), values.repeat_interleave(groups, 0)
-        mask = torch.ones(n, total, dtype=torch.bool, device=q.device).tril(total - n)  # [n, T]
+        if visible is not None:
+            mask = visible.to(q.device)
+        else:
+            mask = torch.ones(n, total, dtype=torch.bool, device=q.device).tril(total - n)  # [n, T]
         out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # [heads, n, d]
         return self.self_attn.o_proj(out.transpose(0, 1).reshape(n, c.num_heads * c.head_dim))
 
@@ -318,15 +326,22 @@ class _Layer(nn.Module):
         x = self.post_attention_layernorm(h)
         return h + m.down_proj(F.silu(m.gate_proj(x)) * m.up_proj(x))
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: HeadCache) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, positions: torch.Tensor, cache: HeadCache, visible: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """A plain Llama layer (eagle1's layer on its fused input; eagle3's layers 1..N-1): x [n, H] ->
         [n, H]."""
         q, k, v = self.qkv(self.input_layernorm(x), positions)
         keys, values = cache.append(k, v, self.index)
-        return self._finish(x, self.attend(q, keys, values))
+        return self._finish(x, self.attend(q, keys, values, visible))
 
     def forward_eagle3(
-        self, embeds: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor, cache: HeadCache
+        self,
+        embeds: torch.Tensor,
+        hidden: torch.Tensor,
+        positions: torch.Tensor,
+        cache: HeadCache,
+        visible: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """eagle3: attention reads cat(input_norm(embeds), hidden_norm(hidden)) [n, 2H] -> [n, H]."""
         normed = self.hidden_norm(hidden)
@@ -334,7 +349,7 @@ class _Layer(nn.Module):
         x = torch.cat([self.input_layernorm(embeds), normed], -1)  # [n, 2H]
         q, k, v = self.qkv(x, positions)
         keys, values = cache.append(k, v, self.index)
-        return self._finish(residual, self.attend(q, keys, values))
+        return self._finish(residual, self.attend(q, keys, values, visible))
 
 
 def init_weights(head: EagleHead, std: float = 0.02, seed: int | None = None) -> EagleHead:

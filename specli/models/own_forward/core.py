@@ -106,6 +106,14 @@ class RotaryTable:
             self._extend(start + n)
         return self.cos[start : start + n], self.sin[start : start + n]
 
+    def rows(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin [n, d] of the given positions [n] (a token tree's: prefix length + depth)."""
+        top = int(positions.max()) + 1
+        if top > self.cos.shape[0]:
+            self._extend(top)
+        index = positions.to(self.cos.device)
+        return self.cos[index], self.sin[index]
+
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotary embedding (the half-split layout of Llama) of x [heads, n, d] with cos, sin [n, d]."""
@@ -174,5 +182,17 @@ def attend(
     mask = None if causal else causal_mask(start, n, window, q.device)
     out = F.scaled_dot_product_attention(
         q, keys, values, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=kv_heads != heads
+    )  # [heads, n, d]
+    return out.transpose(0, 1).reshape(n, heads * d)
+
+
+def attend_masked(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, visible: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """Attention of n queries (q [heads, n, d]) over keys, values [kv_heads, T, d], each query seeing the
+    keys `visible` [n, T] (bool) allows (a token tree: the prefix and its ancestors) -> [n, heads * d]."""
+    heads, n, d = q.shape
+    out = F.scaled_dot_product_attention(
+        q, keys, values, attn_mask=visible, scale=scale, enable_gqa=keys.shape[0] != heads
     )  # [heads, n, d]
     return out.transpose(0, 1).reshape(n, heads * d)

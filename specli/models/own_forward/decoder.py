@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from specli.models.own_forward.core import LeanKV, RotaryTable, attend, rms, split_heads
+from specli.models.own_forward.core import LeanKV, RotaryTable, attend, attend_masked, rms, split_heads
 
 LEAN_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")  # decoder layers of the same shape
 LENGTH_DEPENDENT_ROPE = ("dynamic", "longrope")  # their frequencies change with the sequence length
@@ -141,6 +141,41 @@ class LeanDecoder:
         if last_only:
             x = x[-1:]
         return F.linear(rms(x, self.norm, self.eps), self.lm_head, self.lm_head_bias)  # [n|1, V]
+
+    @torch.inference_mode()
+    def forward_masked(
+        self,
+        ids: torch.Tensor,
+        cache: LeanKV,
+        positions: torch.Tensor,
+        visible: torch.Tensor,
+        layers: tuple[int, ...] = (),
+    ) -> tuple[torch.Tensor, None]:
+        """`CachedLM.forward_masked`: ids [n] at positions [n], each seeing the cache's keys `visible`
+        [n, length + n] allows -> (logits [n, V], None); the cache grows by n positions. Sliding windows
+        are not applied here: a drafter's tree only changes what is proposed."""
+        if layers:
+            raise ValueError("the lean forward returns no hidden states")
+        ids = ids.to(self._device)
+        n = ids.shape[0]
+        cache.reserve(n)
+        cos, sin = self.rotary.rows(positions)  # [n, d]
+        visible = visible.to(self._device)
+        x = F.embedding(ids, self.embed)  # [n, H]
+        for i, layer in enumerate(self.layers):
+            h = rms(x, layer.input_norm, self.eps)
+            q, k, v = self._qkv(h, layer, cos, sin)  # [heads|kv_heads, n, d]
+            keys, values = cache.write(i, k, v)  # [kv_heads, length + n, d]
+            x = x + F.linear(attend_masked(q, keys, values, visible, self.scale), layer.o, layer.o_bias)
+            h = rms(x, layer.post_norm, self.eps)
+            gate = F.silu(F.linear(h, layer.gate, layer.gate_bias))  # [n, I]
+            x = x + F.linear(gate * F.linear(h, layer.up, layer.up_bias), layer.down, layer.down_bias)
+        cache.advance(n)
+        return F.linear(rms(x, self.norm, self.eps), self.lm_head, self.lm_head_bias), None  # [n, V]
+
+    @staticmethod
+    def cache_length(cache: LeanKV) -> int:
+        return cache.length
 
     def _qkv(
         self, h: torch.Tensor, layer: _Layer, cos: torch.Tensor, sin: torch.Tensor

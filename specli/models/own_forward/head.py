@@ -12,7 +12,7 @@ import torch
 from torch.nn import functional as F
 
 from specli.models.eagle_head import EagleHead, rope_frequencies
-from specli.models.own_forward.core import LeanKV, RotaryTable, attend, rms, split_heads
+from specli.models.own_forward.core import LeanKV, RotaryTable, attend, attend_masked, rms, split_heads
 
 
 @dataclass
@@ -50,12 +50,23 @@ class LeanHead:
             return LeanKV.empty(len(self.layers), self.kv_heads, self.head_dim, self.dtype, self.device)
 
     @torch.inference_mode()
-    def step(self, embeds: torch.Tensor, hidden: torch.Tensor, cache: LeanKV) -> torch.Tensor:
+    def step(
+        self,
+        embeds: torch.Tensor,
+        hidden: torch.Tensor,
+        cache: LeanKV,
+        positions: torch.Tensor | None = None,
+        visible: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """`EagleHead.step` at the n positions after what cache holds: embeds [n, H], hidden [n, H] (fused
-        features or the head's own states) -> the last layer's output states [n, H]; the cache grows by n."""
+        features or the head's own states) -> the last layer's output states [n, H]; the cache grows by n.
+        A token tree's step gives each position its own (positions [n]) and the keys it sees (visible
+        [n, length + n])."""
         n, start = embeds.shape[0], cache.length
         cache.reserve(n)
-        cos, sin = self.rotary.at(start, n)  # [n, d]
+        cos, sin = self.rotary.at(start, n) if positions is None else self.rotary.rows(positions)  # [n, d]
+        if visible is not None:
+            visible = visible.to(self.device)
         first = self.layers[0]
         if self.eagle3:  # attention reads cat(input_norm(embeds), hidden_norm(hidden)) [n, 2H]
             normed = rms(hidden, first.hidden_norm, self.eps)
@@ -70,7 +81,11 @@ class LeanHead:
             qkv = F.linear(attention_input, layer.qkv)
             q, k, v = split_heads(qkv, self.heads, self.kv_heads, cos, sin)
             keys, values = cache.write(i, k, v)  # [kv_heads, start + n, d]
-            x = x + F.linear(attend(q, keys, values, start, self.scale), layer.o)
+            if visible is None:
+                attn = attend(q, keys, values, start, self.scale)
+            else:
+                attn = attend_masked(q, keys, values, visible, self.scale)
+            x = x + F.linear(attn, layer.o)
             h = rms(x, layer.post_norm, self.eps)
             x = x + F.linear(F.silu(F.linear(h, layer.gate)) * F.linear(h, layer.up), layer.down)
         cache.advance(n)

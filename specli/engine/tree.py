@@ -1,0 +1,177 @@
+"""Token trees (docs/design.md §14): several continuations drafted in one round and verified in one
+target forward. Pure functions over a tree's shape; no model code.
+
+A tree hangs under its root, the pending token (the last committed one, which the target has not run).
+Its N nodes are numbered 0..N-1 in topological order (a parent before its children); `parents[i]` is
+node i's parent, -1 for the root. Children of one parent appear in the order verification tries them
+(most likely first). In a verify forward the root is input row 0 and node i is row i + 1.
+
+A chain of k drafts is the tree whose parents are [-1, 0, 1, .., k-2].
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+ROOT = -1
+
+
+def chain_parents(k: int) -> list[int]:
+    """The parents of a chain of k nodes: [-1, 0, .., k-2]."""
+    return list(range(-1, k - 1))
+
+
+def check_parents(parents: Sequence[int]) -> None:
+    """ValueError unless every parent is the root or an earlier node."""
+    for i, parent in enumerate(parents):
+        if not ROOT <= parent < i:
+            raise ValueError(f"node {i}'s parent {parent} is not the root (-1) or an earlier node")
+
+
+def depths(parents: Sequence[int]) -> list[int]:
+    """Each node's depth: 1 for the root's children."""
+    out: list[int] = []
+    for parent in parents:
+        out.append(1 if parent == ROOT else out[parent] + 1)
+    return out
+
+
+def children(parents: Sequence[int]) -> list[list[int]]:
+    """[row] -> the nodes whose parent is that verify row (row 0 the root, row i + 1 node i), in order."""
+    out: list[list[int]] = [[] for _ in range(len(parents) + 1)]
+    for i, parent in enumerate(parents):
+        out[parent + 1].append(i)
+    return out
+
+
+def path_to(parents: Sequence[int], node: int) -> list[int]:
+    """The nodes from the root's child down to `node` (empty for the root, -1)."""
+    path = []
+    while node != ROOT:
+        path.append(node)
+        node = parents[node]
+    return path[::-1]
+
+
+def ancestor_mask(parents: Sequence[int], device: torch.device | None = None) -> torch.Tensor:
+    """[N+1, N+1] bool over verify rows (root first): row r may see row c iff c is r or an ancestor of r
+    (every row sees the root)."""
+    n = len(parents) + 1
+    mask = torch.zeros(n, n, dtype=torch.bool)
+    mask[:, 0] = True
+    for i, parent in enumerate(parents):
+        row = i + 1
+        mask[row] = mask[parent + 1]
+        mask[row, row] = True
+    return mask.to(device) if device is not None else mask
+
+
+def path_probabilities(parents: Sequence[int], probs: Sequence[float]) -> list[float]:
+    """Each node's product of draft probabilities from the root down to it (probs[i]: node i's token's
+    probability under the drafter given its parent)."""
+    out: list[float] = []
+    for parent, q in zip(parents, probs, strict=True):
+        out.append(q if parent == ROOT else out[parent] * q)
+    return out
+
+
+def best_nodes(parents: Sequence[int], scores: Sequence[float], n: int) -> list[int]:
+    """The n nodes of highest score (ties: the earlier node), closed under ancestors: a node enters only
+    with its ancestors, which a path probability never ranks below it. Returned in node order."""
+    chosen: set[int] = set()
+    for node in sorted(range(len(parents)), key=lambda i: (-scores[i], i)):
+        if len(chosen) >= n:
+            break
+        missing = [a for a in path_to(parents, node) if a not in chosen]
+        if len(chosen) + len(missing) <= n:
+            chosen.update(missing)
+    return sorted(chosen)
+
+
+def subtree(parents: Sequence[int], keep: Sequence[int]) -> list[int]:
+    """The parents of the tree made of the nodes `keep` (ascending, closed under ancestors),
+    renumbered 0..len(keep)-1."""
+    index = {node: i for i, node in enumerate(keep)}
+    return [ROOT if parents[node] == ROOT else index[parents[node]] for node in keep]
+
+
+@dataclass
+class TreeGrowth:
+    """A tree grown depth by depth as EAGLE-2 does: each depth expands the `width` nodes of highest path
+    probability among the newest depth, each with its `width` most likely children; `select(n)` then
+    keeps the n best nodes overall, ancestors included.
+
+    Nodes are recorded with their token, parent and probability under the drafter; `frontier(width)`
+    names the nodes to expand next.
+    """
+
+    tokens: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    probs: list[float] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)  # path probabilities
+    newest: list[int] = field(default_factory=list)  # the nodes of the last depth added
+
+    def add_children(self, parent: int, tokens: Sequence[int], probs: Sequence[float]) -> list[int]:
+        """Add parent's children (most likely first); returns their node numbers."""
+        base = 1.0 if parent == ROOT else self.scores[parent]
+        added = []
+        for token, q in zip(tokens, probs, strict=True):
+            added.append(len(self.tokens))
+            self.tokens.append(int(token))
+            self.parents.append(parent)
+            self.probs.append(float(q))
+            self.scores.append(base * float(q))
+        return added
+
+    def frontier(self, width: int) -> list[int]:
+        """The `width` nodes of the newest depth with the highest path probability, in node order."""
+        top = heapq.nlargest(width, self.newest, key=lambda i: (self.scores[i], -i))
+        return sorted(top)
+
+    def select(self, n: int) -> list[int]:
+        """The n best nodes (see `best_nodes`), ascending."""
+        return best_nodes(self.parents, self.scores, n)
+
+
+def grow_tree(
+    first: torch.Tensor,
+    expand: Callable[[list[int], TreeGrowth], torch.Tensor],
+    depth: int,
+    width: int,
+    size: int,
+) -> tuple[list[int], list[int], list[float]]:
+    """Grow a tree as EAGLE-2 does and keep its `size` best nodes -> (tokens, parents, probs) in node
+    order (siblings most likely first).
+
+    first [V]: the drafter's distribution after the pending token (the root's children are its top
+    `width`); expand(frontier, growth) -> [len(frontier), V]: the drafter's distributions after each
+    frontier node (one forward over them, each seeing its own ancestors). Depth by depth the `width`
+    frontier nodes of highest path probability get their top `width` children. Children of zero
+    probability are never added. One host sync per depth."""
+    growth = TreeGrowth()
+    values, ids = first.float().topk(min(width, first.shape[-1]))
+    growth.newest = _add_top(growth, ROOT, values.tolist(), ids.tolist())
+    for _ in range(1, depth):
+        frontier = growth.frontier(width)
+        if not frontier:
+            break
+        probs = expand(frontier, growth)  # [w, V]
+        values, ids = probs.float().topk(min(width, probs.shape[-1]), -1)  # [w, width]
+        values_list, ids_list = values.tolist(), ids.tolist()
+        growth.newest = [
+            node
+            for row, parent in enumerate(frontier)
+            for node in _add_top(growth, parent, values_list[row], ids_list[row])
+        ]
+    keep = growth.select(size)
+    return [growth.tokens[i] for i in keep], subtree(growth.parents, keep), [growth.probs[i] for i in keep]
+
+
+def _add_top(growth: TreeGrowth, parent: int, values: list[float], ids: list[int]) -> list[int]:
+    """Add the children of positive probability (values descending) -> their node numbers."""
+    kept = [(v, i) for v, i in zip(values, ids, strict=True) if v > 0]
+    return growth.add_children(parent, [i for _, i in kept], [v for v, _ in kept])

@@ -1,0 +1,125 @@
+"""Sampling through token trees is lossless (issue 32): the joint distribution of the first tokens equals
+the target's when a drafter proposes trees of width 2 and 3, by a G-test against the distribution
+enumerated with transformers' warpers, and the same test catches a biased tree rule (the control)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+import torch
+from test_lossless_sampling import (
+    CONFIGS,
+    PROMPT,
+    V,
+    disagreeing_models,
+    exact_joint,
+    exact_joint3,
+    g_test_pvalue,
+)
+
+import specli.engine.verify as verify_module
+from specli.drafters.draft_model import DraftModelDrafter
+from specli.engine.loop import EngineConfig, generate_rounds
+from specli.engine.sampling import SamplingConfig, sample
+from specli.engine.stopping import StopCriteria
+from specli.engine.tree import children
+from specli.engine.verify import Verdict, _tree_verdict, verify_tree_sampling
+from specli.models.cached_lm import CachedLM
+
+RUNS = 2500
+RUNS_DEEP = 1500
+
+
+@pytest.fixture(scope="module")
+def models():
+    return disagreeing_models()
+
+
+def tree_counts(target, draft, cfg: SamplingConfig, width: int, size: int, tokens: int, runs: int):
+    """Counts of the first `tokens` generated tokens over `runs` seeds with trees of `size` nodes and
+    `width` (fixed: every round verifies the whole tree), and which child the first round kept at the
+    root (index among the root's children; -1: none)."""
+    lm = CachedLM(target)
+    drafter = DraftModelDrafter(CachedLM(draft), V, tree_size=size, tree_width=width)
+    counts = torch.zeros((V,) * tokens)
+    kept = torch.zeros(width + 1)
+    for seed in range(runs):
+        config = EngineConfig(
+            max_new_tokens=tokens, num_draft_tokens=tokens, fixed_k=True, sampling=cfg, seed=seed
+        )
+        rounds = list(generate_rounds(lm, drafter, PROMPT, config, StopCriteria(set())))
+        first = rounds[0].tree
+        assert first is not None and first.size > 1
+        root_children = [i for i, parent in enumerate(first.parents) if parent == -1]
+        kept[root_children.index(first.path[0]) if first.path else -1] += 1
+        out = [t for r in rounds for t in r.committed]
+        counts[tuple(out[:tokens])] += 1
+    return counts, kept
+
+
+@pytest.mark.parametrize("width", [2, 3])
+def test_first_two_tokens_follow_the_target_through_trees(models, width):
+    """max_new_tokens 2: the first round's tree is the root's `width` children (depth 1), so the
+    multi-child rule decides the first token, and its row's distribution the second."""
+    target, draft = models
+    cfg = CONFIGS["temperature 1"]
+    observed, kept = tree_counts(target, draft, cfg, width, size=width, tokens=2, runs=RUNS)
+    assert kept[1] > RUNS / 50 and kept[-1] > RUNS / 50, kept  # second children kept; all refused too
+    assert g_test_pvalue(observed, exact_joint(target, cfg)) > 1e-3
+
+
+@pytest.mark.parametrize("width", [2, 3])
+def test_first_three_tokens_follow_the_target_through_deeper_trees(models, width):
+    """max_new_tokens 3: the first round's tree has depth 2 (width x width grandchildren, 6 nodes kept),
+    so an accepted second child's own children are judged at its row."""
+    target, draft = models
+    cfg = CONFIGS["top-k 3"]
+    observed, kept = tree_counts(target, draft, cfg, width, size=6, tokens=3, runs=RUNS_DEEP)
+    assert kept[1] > RUNS_DEEP / 50, kept
+    assert g_test_pvalue(observed, exact_joint3(target, cfg)) > 1e-3
+
+
+def biased_tree_sampling(
+    tokens: torch.Tensor,
+    parents: Sequence[int],
+    p: torch.Tensor,
+    generator: torch.Generator | None,
+    draft_probs: Sequence[float] | None = None,
+) -> Verdict:
+    """The control: children accepted with p(c) WITHOUT renormalising after a refusal (the second child
+    is then kept with (1 - p(c_1)) p(c_2) instead of p(c_2)); corrections as the real rule."""
+    n = tokens.shape[0]
+    toks = tokens.tolist()
+    kids = children(parents)
+    status, path, row = ["unjudged"] * n, [], 0
+    while True:
+        matched = None
+        for child in kids[row]:
+            u = float(torch.rand((), generator=generator))
+            if u < float(p[row, toks[child]]):
+                matched = child
+                status[child] = "accepted"
+                break
+            status[child] = "rejected"
+        if matched is None:
+            rest = p[row].clone()
+            rest[[toks[c] for c in kids[row]]] = 0
+            token = (
+                int(sample(rest / rest.sum(), generator))
+                if rest.sum() > 0
+                else int(sample(p[row], generator))
+            )
+            break
+        path.append(matched)
+        row = matched + 1
+    return _tree_verdict(toks, parents, path, token, status, [0.0] * n, draft_probs or [1.0] * n, [], [])
+
+
+def test_control_a_tree_rule_without_renormalising_fails_the_same_test(models, monkeypatch):
+    target, draft = models
+    cfg = CONFIGS["temperature 1"]
+    assert verify_module.verify_tree_sampling is verify_tree_sampling
+    monkeypatch.setattr(verify_module, "verify_tree_sampling", biased_tree_sampling)
+    observed, _ = tree_counts(target, draft, cfg, width=3, size=3, tokens=2, runs=RUNS)
+    assert g_test_pvalue(observed, exact_joint(target, cfg)) < 1e-6
