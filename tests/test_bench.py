@@ -31,11 +31,13 @@ STRATEGY_KEYS = {
 SETTINGS_KEYS = {
     "max_new_tokens", "num_draft_tokens", "temperature", "seed", "repeats", "warmup", "top_k", "top_p",
     "exit_layer", "ngram_min", "ngram_max", "sweep_k", "fixed_k", "num_draft_tokens_by_strategy",
+    "tree", "tree_width", "sweep_tree",
 }  # fmt: skip
 RUN_KEYS = {
     "prompt_id", "category", "strategy", "repeat", "tokens", "rounds", "drafted", "accepted", "rejections",
     "elapsed_s", "draft_time_s", "verify_time_s", "position_drafted", "position_accepted", "output_tokens",
-    "num_draft_tokens", "position_judged", "prefill_time_s", "compiled",
+    "num_draft_tokens", "position_judged", "prefill_time_s", "compiled", "tree", "tree_width",
+    "nodes_per_round",
 }  # fmt: skip
 
 

@@ -36,6 +36,8 @@ CASES = [
     (["--dtype", "float13"], {}, "error: unknown dtype 'float13'."),
     (["--quant", "3bit"], {}, "error: unknown quantization '3bit'."),
     (["--temperature", "-1"], {}, "error: temperature must be a number >= 0"),
+    (["--strategy", "self", "--tree", "8"], {}, "error: strategy 'self' drafts chains only"),
+    (["--tree-width", "0"], {}, "error: tree-width must be between 1 and 8 (got 0)."),
     (["--port", "99999"], {}, "error: invalid value for '--port'"),
     (["--compile"], {}, "error: specli serve does not compile"),
     (["--cors-origin", "localhost:3000"], {}, "error: --cors-origin 'localhost:3000' is not an origin."),

@@ -5,6 +5,10 @@ The prompts come from specli/bench/prompts.py (the packaged sets, prompt files, 
 With a k sweep (`BenchSettings.ks`), every strategy runs at each k and is reported as "STRATEGY k=K";
 the report's "sweep" section lines up, per strategy, speed, draft and verify time per round and
 acceptance per draft position against k (what parallel drafting buys: its draft time barely grows with k).
+With a tree sweep (`BenchSettings.trees`), every strategy that drafts trees also runs once per tree size N,
+every round a tree of depth k and all N nodes (fixed_k), reported as "STRATEGY tree N" (docs/design.md
+§14); a strategy that drafts chains only (self) has no such rows (`tree_sweep_skipped`). Every row and run
+says its tree (0 for a chain), tree_width and nodes_per_round; α by position is then α by depth.
 
 Per prompt every strategy starts from fresh drafter state; warm-up runs are not counted; repeats are
 interleaved (the order rotates each repeat) so drift hits all strategies alike; times are medians over
@@ -76,6 +80,7 @@ class BenchSettings:
     repeats: int = 1
     warmup: int = 1
     ks: tuple[int, ...] = ()  # a k sweep: every strategy runs at each of these k (none: the settings' k)
+    trees: tuple[int, ...] = ()  # a tree sweep: one more row per strategy that drafts trees and size
     by_strategy: dict[str, Settings] = field(default_factory=dict)  # a strategy's own (its default k)
 
     def for_strategy(self, strategy: str) -> Settings:
@@ -105,6 +110,9 @@ class BenchSettings:
             "ngram_min": s.ngram_min,
             "ngram_max": s.ngram_max,
             "sweep_k": list(self.ks),
+            "tree": s.tree,
+            "tree_width": s.tree_width,
+            "sweep_tree": list(self.trees),
             "num_draft_tokens_by_strategy": {
                 name: own.num_draft_tokens
                 for name, own in self.by_strategy.items()
@@ -130,10 +138,16 @@ class Measurement:
     compiled: bool = False  # torch.compile built a graph during the timed run: not steady-state time
     ttft_s: float | None = None  # from the start to the first round that committed tokens
     chunk_gaps: list[float] = field(default_factory=list, repr=False)  # between rounds that committed
+    tree: int = 0  # the trees' nodes a round the run drafted (0: a chain, or a strategy drafting nothing)
+    tree_width: int = 2
+    sweep_tree: int | None = None  # set in a tree sweep: the tree size this row fixed
 
     @property
     def label(self) -> str:
-        """How reports name the run's variant: the strategy, with its k in a sweep ("draft k=4")."""
+        """How reports name the run's variant: the strategy, with its k in a k sweep ("draft k=4") or its
+        tree size in a tree sweep ("draft tree 8")."""
+        if self.sweep_tree is not None:
+            return f"{self.strategy} tree {self.sweep_tree}"
         if self.num_draft_tokens is None or self.strategy == BASELINE:
             return self.strategy
         return f"{self.strategy} k={self.num_draft_tokens}"
@@ -146,6 +160,9 @@ class Measurement:
             "category": self.category,
             "strategy": self.strategy,
             "num_draft_tokens": self.num_draft_tokens,
+            "tree": self.tree,
+            "tree_width": self.tree_width,
+            "nodes_per_round": s.nodes_per_round,
             "repeat": self.repeat,
             "tokens": s.tokens,
             "rounds": s.rounds,
@@ -175,12 +192,16 @@ def measure(
     bench: BenchSettings,
     repeat: int,
     k: int | None = None,
+    tree: int | None = None,
 ) -> Measurement:
-    """Generate once with `strategy` (at exactly k drafts per round when given, else as the settings say)
-    and seed base_seed + repeat; clocks read after a CUDA synchronize."""
+    """Generate once with `strategy` (at exactly k drafts per round when given; with `tree`, a tree of
+    exactly that many nodes and the settings' depth every round; else as the settings say) and seed
+    base_seed + repeat; clocks read after a CUDA synchronize."""
     settings = bench.for_strategy(strategy).replace(seed=bench.base_seed + repeat)
     if k is not None:  # a sweep measures each k as such: every round drafts k
         settings = settings.replace(num_draft_tokens=k, fixed_k=True)
+    if tree is not None:  # a tree sweep: every round the whole tree at full depth
+        settings = settings.replace(tree=tree, fixed_k=True)
     from specli.models.cached_lm import synchronize
     from specli.models.static_cache import compiled_graphs
 
@@ -203,7 +224,27 @@ def measure(
     return Measurement(
         prompt.id, prompt.category, strategy, repeat, elapsed, stats, output, k, compiled=compiled,
         ttft_s=commits[0] - start if commits else None, chunk_gaps=gaps(commits),
+        tree=settings.tree if settings.drafts_tree else 0, tree_width=settings.tree_width, sweep_tree=tree,
     )  # fmt: skip
+
+
+def tree_sweep_skipped(strategies: Sequence[str]) -> list[str]:
+    """Of `strategies`, those a tree sweep has no rows for: plain decoding and those that draft chains
+    only (self)."""
+    from specli.presets import tree_strategies
+
+    return [s for s in strategies if s not in tree_strategies()]
+
+
+def tree_sweep_note(strategies: Sequence[str]) -> str | None:
+    """One line naming the strategies a tree sweep makes no rows for, and why (None: it skips none)."""
+    from specli.presets import CHAINS_ONLY, either
+
+    why = [
+        f"{s} (it {'drafts chains only' if s in CHAINS_ONLY else 'is plain decoding'})"
+        for s in tree_sweep_skipped(strategies)
+    ]
+    return f"--sweep-tree makes no tree rows for {either(why)}." if why else None
 
 
 def gaps(times: Sequence[float]) -> list[float]:
@@ -244,17 +285,25 @@ def run_bench(
     failed is skipped. Without a pair only the remotes run (the ids are then unused).
     `progress` hears of two stages, warm-up and measuring, and of every run."""
     ks = bench.ks
-    order: list[tuple[str, int | None]] = [(BASELINE, None)] if pair is not None else []
+    order: list[tuple[str, int | None, int | None]] = [(BASELINE, None, None)] if pair is not None else []
+    skip_trees = set(tree_sweep_skipped(strategies))
     for s in strategies if pair is not None else ():
         if s != BASELINE:
-            order += [(s, k) for k in ks] if ks else [(s, None)]
-    order += [(HF_PREFIX + name, None) for name in hf_modes or {}]
+            order += [(s, k, None) for k in ks] if ks else [(s, None, None)]
+            order += [(s, None, n) for n in bench.trees] if s not in skip_trees else []
+    order += [(HF_PREFIX + name, None, None) for name in hf_modes or {}]
     by_key = {REMOTE_PREFIX + r.label: r for r in remotes}
-    order += [(key, None) for key in by_key]
+    order += [(key, None, None) for key in by_key]
     failed: set[str] = set()
 
     def run(
-        prompt: BenchPrompt, ids: list[int], strategy: str, repeat: int, k: int | None, warm_up: bool
+        prompt: BenchPrompt,
+        ids: list[int],
+        strategy: str,
+        repeat: int,
+        k: int | None,
+        tree: int | None,
+        warm_up: bool,
     ) -> Measurement | None:
         if strategy in by_key:
             by_key[strategy].run(prompt, repeat, warm_up)
@@ -263,7 +312,7 @@ def run_bench(
             return None
         assert pair is not None
         if not strategy.startswith(HF_PREFIX):
-            return measure(pair, prompt, ids, strategy, bench, repeat, k)
+            return measure(pair, prompt, ids, strategy, bench, repeat, k, tree)
         name = strategy[len(HF_PREFIX) :]
         seed = bench.base_seed + repeat
         try:
@@ -281,26 +330,26 @@ def run_bench(
     if progress and bench.warmup:
         progress.stage("warm-up (not counted)", bench.warmup * len(order))
     for _ in range(bench.warmup):
-        for strategy, k in order:
+        for strategy, k, tree in order:
             if strategy not in failed:
-                done = run(encoded[0][0], encoded[0][1], strategy, 0, k, warm_up=True)
+                done = run(encoded[0][0], encoded[0][1], strategy, 0, k, tree, warm_up=True)
                 if done is not None and done.error:
                     measurements.append(done)
             if progress:
                 progress.advance()
     if progress:
         progress.stage(
-            f"measuring {count(len(encoded), 'prompt')} × {_runs_words(order, hf_modes, by_key, ks)} × "
-            f"{count(bench.repeats, 'repeat')}",
+            f"measuring {count(len(encoded), 'prompt')} × "
+            f"{_runs_words(order, hf_modes, by_key, ks or bench.trees)} × {count(bench.repeats, 'repeat')}",
             len(encoded) * bench.repeats * len(order),
             similar=True,
         )
     for prompt, ids in encoded:
         for repeat in range(bench.repeats):
             shift = repeat % len(order)
-            for strategy, k in order[shift:] + order[:shift]:
+            for strategy, k, tree in order[shift:] + order[:shift]:
                 if strategy not in failed:
-                    done = run(prompt, ids, strategy, repeat, k, warm_up=False)
+                    done = run(prompt, ids, strategy, repeat, k, tree, warm_up=False)
                     if done is not None:
                         measurements.append(done)
                 if progress:
@@ -311,7 +360,7 @@ def run_bench(
 
 
 def _runs_words(
-    order: list[tuple[str, int | None]], hf_modes: dict[str, Any] | None, remotes: dict[str, Remote], ks: Any
+    order: list[Any], hf_modes: dict[str, Any] | None, remotes: dict[str, Remote], sweeps: Any
 ) -> str:
     """'4 strategies', '3 variants (+ 4 transformers modes)', '2 strategies (+ 1 endpoint)', '2 endpoints'."""
     ours = len(order) - len(hf_modes or {}) - len(remotes)
@@ -322,7 +371,7 @@ def _runs_words(
         extra.append(count(len(remotes), "endpoint"))
     if not ours:
         return " + ".join(extra)
-    words = count(ours, "strategy", "strategies") if not ks else count(ours, "variant")
+    words = count(ours, "strategy", "strategies") if not sweeps else count(ours, "variant")
     return words + (f" (+ {', '.join(extra)})" if extra else "")
 
 
@@ -391,6 +440,7 @@ def _strategy_metrics(strategy: str, runs: list[Measurement]) -> dict[str, Any]:
         "accepted": median.accepted,
         "rejections": median.rejections,
         "mean_k": every.drafted / every.rounds if every.rounds else 0.0,
+        "nodes_per_round": every.nodes_per_round,
         "acceptance_rate": every.acceptance_rate,
         "accept_prob": every.accept_prob,
         "mean_acceptance_length": every.mean_acceptance_length,
@@ -486,7 +536,8 @@ def _costs(metrics: dict[str, Any], base: dict[str, Any] | None) -> dict[str, fl
 
 def summarize(measurements: list[Measurement], k: int) -> dict[str, dict[str, dict[str, Any]]]:
     """{category or "overall": {label: metrics}} with docs/design.md §4 definitions; a label is the
-    strategy, or "STRATEGY k=K" in a sweep (k: the runs' own, else the settings')."""
+    strategy, or "STRATEGY k=K" in a k sweep (k: the runs' own, else the settings'), or "STRATEGY tree N"
+    in a tree sweep; each row says its tree (0: a chain), tree_width and nodes_per_round."""
     groups: dict[str, list[Measurement]] = {}
     for m in measurements:
         groups.setdefault(m.category, []).append(m)
@@ -499,6 +550,8 @@ def summarize(measurements: list[Measurement], k: int) -> dict[str, dict[str, di
             runs = [m for m in rows if m.label == label]
             per[label] = _strategy_metrics(runs[0].strategy, runs)
             per[label]["num_draft_tokens"] = runs[0].num_draft_tokens or k
+            per[label]["tree"] = runs[0].tree
+            per[label]["tree_width"] = runs[0].tree_width
         base = per.get(BASELINE)
         for metrics in per.values():
             metrics.update(_costs(metrics, base))
@@ -509,10 +562,10 @@ def summarize(measurements: list[Measurement], k: int) -> dict[str, dict[str, di
 def sweep(overall: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """The summary's "overall" -> {strategy: one row per k, ascending}: tok/s, speedup, draft and verify
     milliseconds per round (and draft time relative to the smallest k), τ, α and α per draft position.
-    Empty when the runs are not a sweep (a sweep's variants are labelled "STRATEGY k=K")."""
+    Empty when the runs are not a k sweep (a k sweep's variants are labelled "STRATEGY k=K")."""
     out: dict[str, list[dict[str, Any]]] = {}
     for label, metrics in overall.items():
-        if label == metrics["strategy"]:  # the baseline, or a run at the settings' k
+        if label != f"{metrics['strategy']} k={metrics['num_draft_tokens']}":  # the baseline, a tree row, ...
             continue
         rounds = metrics["rounds"] or 1
         out.setdefault(metrics["strategy"], []).append(

@@ -36,12 +36,14 @@ from specli.cli.options import (
     QuantOpt,
     TargetOpt,
     ThreadsOpt,
+    TreeOpt,
+    TreeWidthOpt,
     TrustOpt,
     check_before_loading,
 )
 from specli.cli.run import load_pair
 from specli.errors import UsageError
-from specli.presets import MAX_DRAFT_TOKENS
+from specli.presets import MAX_DRAFT_TOKENS, MAX_TREE_NODES
 from specli.render.bench import bench_view
 from specli.render.progress import Counted
 from specli.settings import STRATEGIES, check_strategy, resolve_settings
@@ -56,6 +58,7 @@ if TYPE_CHECKING:
     epilog="Examples:\n\n"
     "  specli bench                                    # the embedded pair on its code prompt set\n\n"
     "  specli bench --strategy draft --strategy lookup --strategy self --category editing\n\n"
+    "  specli bench --strategy draft --sweep-tree 4,8,16,32          # token trees of each size\n\n"
     "  specli bench --preset llama-70b-1b --set chat --limit 10 --compare-hf --json run.json\n\n"
     "  specli bench --preset qwen2.5-7b-0.5b --prompts question.jsonl    # Spec-Bench format\n\n"
     "  specli bench --strategy draft --endpoint http://127.0.0.1:8080/v1   # beside a running server\n\n"
@@ -82,12 +85,25 @@ def bench(
     limit: Annotated[int | None, typer.Option(help="At most N prompts per category.", min=1)] = None,
     max_new_tokens: Annotated[int, typer.Option(help="Tokens generated per prompt.", min=1)] = 128,
     num_draft_tokens: DraftTokensOpt = None,
+    tree: TreeOpt = None,
+    tree_width: TreeWidthOpt = None,
     sweep_k: Annotated[
         str | None,
         typer.Option(
             "--sweep-k",
             help="Run every strategy at each k: a range '2-8' or a list '2,4,8'. Adds a table per strategy: "
             "tok/s, draft ms per round against k (what parallel drafting buys) and α by draft position.",
+        ),
+    ] = None,
+    sweep_tree: Annotated[
+        str | None,
+        typer.Option(
+            "--sweep-tree",
+            help="Also run every strategy that drafts trees (draft, lookup, eagle) with a token tree of each "
+            "size: a list of node counts '4,8,16,32' (1 to 64). One more row per size, e.g. 'draft tree 8', "
+            "every round the whole tree at depth k (--fixed-k); its nodes/round, and α by position as α by "
+            "depth. self (chains only) gets no such rows.",
+            metavar="N,N,...",
         ),
     ] = None,
     temperature: Annotated[float, typer.Option(help="0 = greedy (outputs are checked for identity).")] = 0.0,
@@ -147,17 +163,20 @@ def bench(
     options = GenerationOptions(
         max_new_tokens=max_new_tokens, num_draft_tokens=num_draft_tokens, temperature=temperature,
         seed=seed, chat=chat, exit_layer=exit_layer, ngram_min=ngram_min, ngram_max=ngram_max,
-        fixed_k=fixed_k or None, draft_p_min=draft_p_min,
+        fixed_k=fixed_k or None, draft_p_min=draft_p_min, tree=tree, tree_width=tree_width,
     )  # fmt: skip
     with user_errors(debug):
         strategies = list(dict.fromkeys(check_strategy(s) for s in strategy or []))
         ks = parse_sweep(sweep_k) if sweep_k is not None else ()
         if ks and num_draft_tokens is not None:
             raise UsageError("give --sweep-k or --num-draft-tokens, not both.")
+        trees = parse_sweep_tree(sweep_tree) if sweep_tree is not None else ()
+        if ks and trees:
+            raise UsageError("give --sweep-k or --sweep-tree, not both (a tree row keeps the settings' k).")
         if prompts and prompt_set:
             raise UsageError("give --prompts or --set, not both.")
         local = not endpoint or bool(strategies or preset or target or draft)
-        endpoints = _endpoints(endpoint or [], api_key, model, local, compare_hf, ks)
+        endpoints = _endpoints(endpoint or [], api_key, model, local, compare_hf, ks, trees)
         source = Path(prompts) if prompts else (prompt_sets.set_path(prompt_set) if prompt_set else None)
         if source is None and not local:  # no model to choose the packaged set by
             source = prompt_sets.set_path("code")
@@ -182,6 +201,9 @@ def bench(
         if local:
             pair, settings = load_pair(models, options, note_greedy=False, announce="bench")
             strategies = strategies or [pair.strategy]
+            skipped_trees = b.tree_sweep_note(strategies) if trees else None
+            if skipped_trees:
+                err.print(f"note: {skipped_trees}", markup=False)
             sweep = {"num_draft_tokens": max(ks)} if ks else {}  # the largest k fits every model's context
             given = {**options.overrides(), **sweep}
             by_strategy = {  # each strategy's own settings (lookup's default k), valid before any run
@@ -199,6 +221,7 @@ def bench(
                 "--num-draft-tokens": num_draft_tokens is not None, "--fixed-k": fixed_k,
                 "--draft-p-min": draft_p_min is not None, "--exit-layer": exit_layer is not None,
                 "--ngram-min/max": ngram_min is not None or ngram_max is not None, "--compile": compile,
+                "--tree/--tree-width": tree is not None or tree_width is not None,
                 "--device": device != "auto", "--dtype": dtype is not None, "--quant": quant is not None,
                 "--threads": threads != AUTO,
             })  # fmt: skip
@@ -207,7 +230,12 @@ def bench(
             encoded, skipped = [(p, []) for p in selected], []  # the servers tokenize the text
             uses_chat = bool(chat)
         bench_settings = b.BenchSettings(
-            settings=settings, repeats=repeats, warmup=warmup, ks=ks, by_strategy={} if ks else by_strategy
+            settings=settings,
+            repeats=repeats,
+            warmup=warmup,
+            ks=ks,
+            trees=trees,
+            by_strategy={} if ks else by_strategy,
         )
         for note in skipped:
             err.print(f"warning: {note}", markup=False)
@@ -253,6 +281,7 @@ def _endpoints(
     local: bool,
     compare_hf: bool,
     ks: tuple[int, ...],
+    trees: tuple[int, ...] = (),
 ) -> list[Endpoint]:
     """The --endpoint URLs as Endpoints (UsageError for a bad one, a label a local row could have, or
     local-only options when no model loads), after checking the `serve` extra is installed."""
@@ -270,6 +299,8 @@ def _endpoints(
         raise UsageError("--compare-hf times a local model.", "Add --strategy (or --preset) to load one.")
     if not local and ks:
         raise UsageError("--sweep-k sweeps local strategies.", "Add --strategy (or --preset) to load one.")
+    if not local and trees:
+        raise UsageError("--sweep-tree sweeps local strategies: add --strategy (or --preset) to load one.")
     from specli.bench.endpoint import parse_endpoints
 
     return parse_endpoints(texts, api_key, model, taken=STRATEGIES if local else ())
@@ -345,3 +376,19 @@ def parse_sweep(text: str) -> tuple[int, ...]:
     if max(ks) > MAX_DRAFT_TOKENS:
         raise UsageError(f"--sweep-k '{text}' goes past the largest k, {MAX_DRAFT_TOKENS}.", fix)
     return tuple(sorted(set(ks)))
+
+
+def parse_sweep_tree(text: str) -> tuple[int, ...]:
+    """'4,8,16,32' -> (4, 8, 16, 32): tree sizes (nodes a round), each 1..MAX_TREE_NODES, sorted, once
+    each. A one-line UsageError otherwise."""
+    fix = f"give a list of tree sizes like 4,8,16,32 (each 1 to {MAX_TREE_NODES})"
+    try:
+        sizes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise UsageError(f"--sweep-tree '{text}' is not a list of numbers: {fix}.") from None
+    bad = sorted({n for n in sizes if not 1 <= n <= MAX_TREE_NODES})
+    if bad:
+        named = ", ".join(str(n) for n in bad)
+        sizes_are = f"size {named} is" if len(bad) == 1 else f"sizes {named} are"
+        raise UsageError(f"--sweep-tree '{text}': {sizes_are} out of range: {fix}.")
+    return tuple(sorted(set(sizes)))

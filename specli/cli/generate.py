@@ -46,6 +46,8 @@ from specli.cli.options import (
     ThreadsOpt,
     TopKOpt,
     TopPOpt,
+    TreeOpt,
+    TreeWidthOpt,
     TrustOpt,
     check_save,
 )
@@ -64,6 +66,7 @@ from specli.wording import summary_line
     "  specli generate 'def fibonacci(n):'            # the embedded tiny pair, offline\n\n"
     "  specli generate 'def fibonacci(n):' --strategy self --exit-layer 3\n\n"
     "  specli generate 'def fibonacci(n):' --target ./target --draft ./drafter\n\n"
+    "  specli generate 'def fibonacci(n):' --tree 16 --tree-width 2   # token trees, 16 nodes a round\n\n"
     "  specli generate 'Explain KV caches' --preset llama-8b-1b --max-new-tokens 200\n\n"
     "  echo 'Once upon a time' | specli generate - --preset qwen2.5-7b-0.5b \\\n"
     "      --temperature 0.7 --seed 1 --json",
@@ -81,6 +84,8 @@ def generate(
     fixed_k: FixedKOpt = False,
     draft_p_min: DraftPMinOpt = None,
     num_draft_tokens: DraftTokensOpt = None,
+    tree: TreeOpt = None,
+    tree_width: TreeWidthOpt = None,
     max_new_tokens: MaxNewOpt = None,
     temperature: TemperatureOpt = None,
     top_k: TopKOpt = None,
@@ -118,7 +123,7 @@ def generate(
         max_new_tokens=max_new_tokens, num_draft_tokens=num_draft_tokens, temperature=temperature,
         top_k=top_k, top_p=top_p, seed=seed, stop=stop, chat=chat, exit_layer=exit_layer,
         ngram_min=ngram_min, ngram_max=ngram_max, fixed_k=fixed_k or None,
-        draft_p_min=draft_p_min,
+        draft_p_min=draft_p_min, tree=tree, tree_width=tree_width,
     )  # fmt: skip
     with user_errors(debug):
         if view is not None and view not in VIEWS:

@@ -19,7 +19,7 @@ from specli.drafters.table import Model, Strategy, described, entry
 from specli.errors import SpecliError, UsageError
 from specli.models import sources
 from specli.models.model_dirs import config_max_positions
-from specli.presets import Preset, resolve_preset
+from specli.presets import MAX_TREE_NODES, MAX_TREE_WIDTH, Preset, either, resolve_preset, tree_strategies
 from specli.settings import Settings, check_strategy, resolve_settings
 from specli.threads import AUTO, parse_threads
 
@@ -113,6 +113,26 @@ DraftTokensOpt = Annotated[
         help="The most tokens a round drafts (k); each round chooses its own up to it unless --fixed-k."
         + _tiny_default("num_draft_tokens")
         + " lookup: 16 unless -k or a lookup preset sets it.",
+    ),
+]
+TreeOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--tree",
+        help="Draft a token tree of up to N nodes a round instead of a chain (several candidates per "
+        f"position, all verified in one target forward), N from 1 to {MAX_TREE_NODES}; 0 drafts a chain. "
+        f"Strategies {either(tree_strategies())} (none ignores it). E.g. --tree 16 --tree-width 2."
+        + _tiny_default("tree"),
+        metavar="N",
+    ),
+]
+TreeWidthOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--tree-width",
+        help=f"With --tree: nodes expanded per depth, and children per node (1 to {MAX_TREE_WIDTH})."
+        + _tiny_default("tree_width"),
+        metavar="W",
     ),
 ]
 MaxNewOpt = Annotated[
@@ -235,6 +255,8 @@ class GenerationOptions:
     ngram_max: int | None = None
     fixed_k: bool | None = None
     draft_p_min: float | None = None
+    tree: int | None = None
+    tree_width: int | None = None
 
     def overrides(self) -> dict[str, Any]:
         """As keyword arguments for `resolve_settings` / `Pair.settings`."""
@@ -261,7 +283,8 @@ def check_before_loading(models: ModelOptions, options: GenerationOptions | None
 
     Checks, each a UsageError (exit 2) in one or two lines: the strategy (and `also`; a typo gets "Did you
     mean"), the form of --device (whether CUDA exists needs torch: loading says), --dtype, --quant,
-    --threads, the stop strings' encoding, the preset and every setting's range (`resolve_settings`), a
+    --threads, the stop strings' encoding, the preset and every setting's range (`resolve_settings`;
+    for every strategy named: a tree with one that drafts chains only), a
     local model folder or embedded:NAME that does not exist, and -k against the context a local model's
     config.json declares (the target's, and the drafter's for strategy draft). Hub ids are not looked
     up: loading checks them. Returns the settings resolved from the preset and `options` (before the
@@ -284,9 +307,9 @@ def check_before_loading(models: ModelOptions, options: GenerationOptions | None
     for name, used in ((target, True), (head, True), (drafter, Model.DRAFT in needs)):
         if name is not None and used:
             local_model_folder(name)
-    if options.num_draft_tokens is not None or models.draft is None:  # else a parallel drafter picks its k
-        for strategy in strategies:
-            k = resolve_settings(preset, strategy=strategy, **options.overrides()).num_draft_tokens
+    for strategy in strategies:  # each strategy's own settings: its k, and a tree only where it drafts one
+        k = resolve_settings(preset, strategy=strategy, **options.overrides()).num_draft_tokens
+        if options.num_draft_tokens is not None or models.draft is None:  # else a parallel drafter picks k
             _check_context(k, strategy, target, drafter)
     return settings
 

@@ -30,6 +30,8 @@ from specli.cli.options import (
     StrategyOpt,
     TargetOpt,
     ThreadsOpt,
+    TreeOpt,
+    TreeWidthOpt,
     TrustOpt,
     check_before_loading,
 )
@@ -47,6 +49,7 @@ ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s?#]+", re.IGNORECASE)  # scheme:/
     "  specli serve                          # the embedded tiny pair, offline\n\n"
     "  specli serve --preset llama-8b-1b --port 8080\n\n"
     "  specli serve --target ./target --draft ./drafter -k 6 --max-queue 4\n\n"
+    "  specli serve --preset llama-8b-1b --tree 16 --tree-width 2   # token trees by default\n\n"
     "  SPECLI_API_KEY=secret specli serve --host 0.0.0.0 --strategy lookup\n\n"
     "  curl 127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' \\\n"
     '      -d \'{"prompt": "def fibonacci(n):", "max_tokens": 64}\'\n\n'
@@ -67,6 +70,8 @@ def serve(
     fixed_k: FixedKOpt = False,
     draft_p_min: DraftPMinOpt = None,
     num_draft_tokens: DraftTokensOpt = None,
+    tree: TreeOpt = None,
+    tree_width: TreeWidthOpt = None,
     max_new_tokens: Annotated[
         int | None, typer.Option(help="max_tokens of a request that gives none (default: the preset's).")
     ] = None,
@@ -119,7 +124,7 @@ def serve(
     options = GenerationOptions(
         max_new_tokens=max_new_tokens, num_draft_tokens=num_draft_tokens, temperature=temperature,
         top_k=top_k, top_p=top_p, exit_layer=exit_layer, ngram_min=ngram_min, ngram_max=ngram_max,
-        fixed_k=fixed_k or None, draft_p_min=draft_p_min,
+        fixed_k=fixed_k or None, draft_p_min=draft_p_min, tree=tree, tree_width=tree_width,
     )  # fmt: skip
     with user_errors(debug):
         if compile:
@@ -219,6 +224,8 @@ def _serve(
                 markup=False,
             )
         label = strategy_label(settings.strategy, settings.num_draft_tokens)
+        if settings.drafts_tree:
+            label += f", trees of {settings.tree} nodes, width {settings.tree_width}"
         auth = "API key required" if api_key else "no API key"
         if cors_origins:
             auth += f" · CORS for {', '.join(cors_origins)}"

@@ -89,10 +89,18 @@ def serving_table(category: str, metrics: dict[str, dict[str, Any]], title: str)
     return table
 
 
-def category_table(category: str, metrics: dict[str, dict[str, Any]]) -> Table:
+def has_trees(metrics: dict[str, dict[str, Any]]) -> bool:
+    """Whether any local row drafted token trees (its `tree` > 0; a report older than trees has none)."""
+    return any(m.get("tree") for m in metrics.values() if not is_endpoint(m))
+
+
+def category_table(category: str, metrics: dict[str, dict[str, Any]], trees: bool = False) -> Table:
+    """One category's local rows; `trees`: with a "nodes/round" column (draft tokens verified per round
+    that drafted: a tree's nodes, a chain's k), shown when any row of the report is a tree."""
     table = Table(title=f"{category}", title_justify="left", header_style="bold")
     for name, justify in (
         ("strategy", "left"), ("tok/s", "right"), ("speedup", "right"), ("mean k", "right"),
+        *((("nodes/round", "right"),) if trees else ()),
         ("acc. rate", "right"),
         ("α", "right"), ("τ", "right"),
         ("per position", "left"), ("draft/verify/prefill/other %", "right"), ("c", "right"), ("v", "right"),
@@ -100,11 +108,13 @@ def category_table(category: str, metrics: dict[str, dict[str, Any]]) -> Table:
     ):  # fmt: skip
         table.add_column(name, justify=justify)
     for strategy, m in metrics.items():
+        nodes = [_num(m.get("nodes_per_round") if m["drafted"] else None, ".2f")] if trees else []
         table.add_row(
             strategy,
             f"{m['tokens_per_second']:.1f}",
             _num(m["speedup"], ".2f") + ("×" if m["speedup"] is not None else ""),
             f"{m['mean_k']:.2f}" if m["drafted"] else "–",
+            *nodes,
             f"{m['acceptance_rate']:.2f}" if m["drafted"] else "–",
             f"{m['accept_prob']:.2f}" if m["drafted"] else "–",
             f"{m['mean_acceptance_length']:.2f}",
@@ -202,7 +212,19 @@ def draft_length_words(settings: dict[str, Any]) -> str:
         return f"k={k}"
     words = f"fixed k={k}" if settings["fixed_k"] else f"k ≤ {k}, chosen per round"
     own = settings.get("num_draft_tokens_by_strategy") or {}
-    return words + "".join(f" ({name}: {k_own})" for name, k_own in own.items())
+    return words + "".join(f" ({name}: {k_own})" for name, k_own in own.items()) + tree_words(settings)
+
+
+def tree_words(settings: dict[str, Any]) -> str:
+    """How the runs drafted trees: " · trees of ≤ 16 nodes, width 2" (--tree), " · tree sweep 4,8 nodes
+    (depth k, every node each round)" (--sweep-tree); "" for chains (and reports older than trees)."""
+    words = ""
+    if settings.get("tree"):
+        words += f" · trees of ≤ {settings['tree']} nodes, width {settings.get('tree_width')}"
+    if settings.get("sweep_tree"):
+        sizes = ",".join(str(n) for n in settings["sweep_tree"])
+        words += f" · tree sweep {sizes} nodes (depth k, every node each round)"
+    return words
 
 
 def compiled_rows(metrics: dict[str, dict[str, Any]]) -> list[str]:
@@ -214,8 +236,12 @@ def compiled_rows(metrics: dict[str, dict[str, Any]]) -> list[str]:
     ]
 
 
-def local_footer(s: dict[str, Any], env: dict[str, Any]) -> str:
-    """The settings and machine of the local runs, and what the local table's columns mean."""
+def local_footer(
+    s: dict[str, Any], env: dict[str, Any], overall: dict[str, dict[str, Any]] | None = None
+) -> str:
+    """The settings and machine of the local runs, and what the local table's columns mean (`overall`:
+    the summary's rows, which say whether the tables show nodes/round)."""
+    overall = overall or {}
     sampling = f"top_k={s.get('top_k')} · top_p={s.get('top_p')} · " if s["temperature"] else ""
     return (
         draft_length_words(s) + f" · max_new_tokens={s['max_new_tokens']} · "
@@ -232,6 +258,12 @@ def local_footer(s: dict[str, Any], env: dict[str, Any]) -> str:
         "and v verify cost per round, in plain target steps · bound E(α,k)/(k·c+v) with "
         "E = (1 − α^(k+1))/(1 − α) at each round's own drafted k (mean E over mean k·c+v) · "
         "efficiency = speedup / bound"
+        + (
+            " · nodes/round: draft tokens verified per round (a tree's nodes); a tree's per position is per "
+            "depth"
+            if has_trees(overall)
+            else ""
+        )
         + (
             " · across k: draft ms/round and its ratio to the smallest k (a parallel drafter's barely "
             "grows), α by position = P(draft i kept | drafts before it kept); bold: the fastest k"
@@ -279,14 +311,17 @@ def bench_view(report: dict[str, Any], told: Collection[str] = ()) -> Group:
     summary = report["summary"]
     served = any(is_endpoint(m) for per in summary.values() for m in per.values())
     local = any(not is_endpoint(m) for per in summary.values() for m in per.values())
+    trees = has_trees(summary.get("overall", {}))
     for category, metrics in summary.items():
         mine = {name: m for name, m in metrics.items() if not is_endpoint(m)}
         if mine:
-            parts.append(category_table(category, mine))
+            parts.append(category_table(category, mine, trees))
     for strategy, rows in (report.get("sweep") or {}).items():
         parts.append(sweep_table(strategy, rows, report.get("runs")))
     if local:
-        parts.append(Text(local_footer(report["settings"], report["environment"]), style="dim"))
+        parts.append(
+            Text(local_footer(report["settings"], report["environment"], summary.get("overall")), style="dim")
+        )
     if served:
         for category, metrics in summary.items():
             parts.append(serving_table(category, metrics, f"{category}: side by side" if local else category))
