@@ -8,6 +8,10 @@ launch command, a pure function. What an engine cannot run is refused with one `
 what it can; what it runs without a counterpart for one of specli's settings comes back as a note that
 names the setting, so nothing is dropped silently.
 
+Token trees (--tree N, --tree-width W; docs/design.md §14) go to the engines that verify trees: SGLang grows
+the same EAGLE-2 tree (W children of the W likeliest nodes per depth for K steps, then the N best nodes),
+vLLM drafts one static tree for every round (`vllm_token_tree`), llama.cpp drafts chains only.
+
 Flag names and semantics were read from the engines' own sources and docs (cited at each mapping):
 vLLM `vllm/config/speculative.py` and docs/features/speculative_decoding/; SGLang 0.5.23
 `sglang/srt/arg_groups/fields/*.py` and `speculative_hook.py`; llama.cpp as vendored in the
@@ -31,6 +35,7 @@ from specli.models.model_dirs import EMBEDDED_PREFIX
 from specli.models.sources import MASK_TOKEN_KEYS
 from specli.presets import ModelSpec, Preset, resolve_preset
 from specli.settings import Settings, check_strategy, resolve_settings
+from specli.wording import count
 
 ENGINES = ("vllm", "sglang", "llama.cpp")
 _ALIASES = {name: "llama.cpp" for name in ("llamacpp", "llama-cpp", "llama_cpp", "llama-server")}
@@ -114,6 +119,29 @@ class ExportPair:
     @property
     def speculates(self) -> bool:
         return self.strategy not in ("none", "self")
+
+    @property
+    def tree(self) -> int:
+        """The token tree's nodes per round an engine gets (0: a chain): --tree N, for a drafter model or
+        an EAGLE head at most what a depth-K tree of width W holds (`tree_capacity`), as specli grows it
+        (lookup's tree comes from its suffix index, without that bound)."""
+        s = self.settings
+        if not s.tree or not self.speculates:
+            return 0
+        if self.strategy == Strategy.LOOKUP:
+            return s.tree
+        return min(s.tree, tree_capacity(s.tree_width, self.k))
+
+    @property
+    def tree_width(self) -> int:
+        return self.settings.tree_width
+
+
+def tree_capacity(width: int, depth: int) -> int:
+    """The most nodes a tree grown EAGLE-2's way holds (specli.engine.tree.grow_tree, SGLang's
+    --speculative-eagle-topk): `width` children of the root, then `width` children of each of the
+    `width` likeliest nodes at every further depth."""
+    return width + max(0, depth - 1) * width * width
 
 
 @dataclass(frozen=True)
@@ -284,8 +312,9 @@ def resolve_pair(
 ) -> ExportPair:
     """The pair `specli generate` would load with the same arguments (specli.api's rules: explicit
     arguments over the preset, the embedded `tiny` preset when neither a preset nor a target is named),
-    without loading it. `speculation`: num_draft_tokens, fixed_k, draft_p_min, ngram_min, ngram_max
-    overrides (None keeps the preset's), validated as everywhere else (UsageError)."""
+    without loading it. `speculation`: num_draft_tokens, fixed_k, draft_p_min, ngram_min, ngram_max,
+    tree, tree_width overrides (None keeps the preset's), validated as everywhere else (UsageError); a
+    tree with a parallel drafter (PARD, P-EAGLE: chains only) is refused, as specli refuses it."""
     _model_option(quant, "quantization", "--quant")
     _model_option(dtype, "dtype", "--dtype")
     if preset is None and target is None:
@@ -310,6 +339,13 @@ def resolve_pair(
         if draft and own_k is not None and speculation.get("num_draft_tokens") is None:
             speculation["num_draft_tokens"] = own_k  # a parallel drafter named here brings its own k
     settings = resolve_settings(spec, strategy=chosen, **speculation)
+    if settings.tree and kind in ("pard", "peagle"):
+        assert drafter is not None
+        what = "PARD" if kind == "pard" else "P-EAGLE"
+        raise UsageError(
+            f"--tree {settings.tree}: '{drafter.name}' drafts in parallel ({what}), which gives chains "
+            "only; drop --tree, or use a drafter that drafts one token per forward."
+        )
     return ExportPair(t_model, chosen, settings, drafter, kind, layout, tuple(notes))
 
 
@@ -364,6 +400,26 @@ def _k_notes(engine: str, pair: ExportPair) -> list[str]:
         f"per-round k: {engine} drafts up to K={pair.k} every round; specli's choice of k per round "
         "(on unless --fixed-k) has no counterpart."
     ]
+
+
+def _tree_notes(engine: str, pair: ExportPair) -> list[str]:
+    """What became of --tree: dropped by llama.cpp (chains only) and by vLLM's ngram (a chain), cut to
+    what a depth-K tree holds."""
+    s = pair.settings
+    if not s.tree or not pair.speculates:
+        return []
+    if engine == "vllm" and pair.strategy == Strategy.LOOKUP:
+        return [f"--tree {s.tree}: vLLM's ngram drafts a chain, so the tree is dropped (a chain of up to K)."]
+    if engine == "llama.cpp":
+        return [
+            f"--tree {s.tree}: llama.cpp drafts chains only, so the tree is dropped (a chain of up to K)."
+        ]
+    if pair.tree < s.tree:
+        return [
+            f"--tree {s.tree}: a tree of depth K={pair.k} and width {s.tree_width} holds at most {pair.tree} "
+            f"nodes (specli grows no more): {pair.tree} exported."
+        ]
+    return []
 
 
 def _p_min_notes(engine: str, pair: ExportPair) -> list[str]:
@@ -433,10 +489,42 @@ _VLLM_METHOD = {"model": "draft_model", "pard": "draft_model", "eagle1": "eagle"
 _VLLM_METHOD |= {"peagle": "eagle3"}
 
 
+def vllm_token_tree(nodes: int, width: int, depth: int) -> list[tuple[int, ...]]:
+    """vLLM's static `speculative_token_tree`: each node named by its path of child indices from the
+    root ((0,) the root's likeliest child, (0, 1) that child's second likeliest), breadth-first.
+
+    Built from the full width-`width` tree level by level, at most `nodes` nodes and `depth` levels; every
+    node of a level gets the same number of children, min(width, nodes left // nodes of the level above),
+    and building stops at a level that would get none. vLLM needs that uniformity: its proposer drafts
+    the top `child_drafts_per_level[level]` tokens under every node of a level, that count being the
+    level's size over the size of the level above (vllm/v1/spec_decode/eagle.py; some versions assert
+    it). So the breadth-first cut keeps whole shares: nodes=4, width=2 gives [(0,), (1,), (0, 0), (1, 0)],
+    not [(0,), (1,), (0, 0), (0, 1)], whose (1,) would have no children beside (0,)'s two; nodes=16,
+    width=2, depth 4 gives the 14 nodes of three full levels. Sorted as vLLM sorts it, by (len, path)."""
+    tree: list[tuple[int, ...]] = []
+    level: list[tuple[int, ...]] = [()]
+    for _ in range(depth):
+        children = min(width, (nodes - len(tree)) // len(level))
+        if children < 1:
+            break
+        level = [path + (i,) for path in level for i in range(children)]
+        tree += level
+    return tree
+
+
+def _vllm_tree(pair: ExportPair) -> list[tuple[int, ...]] | None:
+    """The static tree a pair with --tree exports to vLLM (None: a chain; width 1 is a chain)."""
+    if not pair.tree or pair.tree_width < 2 or pair.strategy == Strategy.LOOKUP:
+        return None
+    return vllm_token_tree(pair.tree, pair.tree_width, pair.k)
+
+
 def vllm_speculative_config(pair: ExportPair) -> dict[str, Any] | None:
     """vLLM's --speculative-config object, None without speculation. Keys from vllm/config/speculative.py
     (SpeculativeConfig: method, model, num_speculative_tokens, prompt_lookup_min, prompt_lookup_max,
-    parallel_drafting) and docs/features/speculative_decoding/README.md (its schema)."""
+    parallel_drafting, speculative_token_tree) and docs/features/speculative_decoding/README.md (its
+    schema). A token tree (--tree) becomes `speculative_token_tree`, the string of a Python list of
+    tuples as vLLM parses it (ast.literal_eval), with num_speculative_tokens its node count."""
     if not pair.speculates:
         return None
     if pair.strategy == Strategy.LOOKUP:
@@ -454,6 +542,12 @@ def vllm_speculative_config(pair: ExportPair) -> dict[str, Any] | None:
     }
     if pair.kind in ("pard", "peagle"):
         config["parallel_drafting"] = True
+    tree = _vllm_tree(pair)
+    if tree is not None:
+        config["num_speculative_tokens"] = len(tree)
+        config["speculative_token_tree"] = str(tree)
+    elif pair.tree:  # width 1: a chain of the tree's nodes
+        config["num_speculative_tokens"] = pair.tree
     return config
 
 
@@ -461,12 +555,16 @@ def export_vllm(pair: ExportPair, options: ServeOptions) -> Export:
     """`vllm serve TARGET [--speculative-config JSON] ...`. Server flags from vLLM's engine arguments
     (https://docs.vllm.ai/en/latest/configuration/engine_args/): --tensor-parallel-size,
     --pipeline-parallel-size, --quantization, --dtype, --host, --port; `--quantization bitsandbytes`
-    quantizes an unquantized checkpoint to 4-bit in flight (docs/features/quantization/bnb.md)."""
+    quantizes an unquantized checkpoint to 4-bit in flight (docs/features/quantization/bnb.md). A token
+    tree needs the tree attention backend, `--attention-backend TREE_ATTN` (engine/arg_utils.py:
+    AttentionConfig.backend): with any other the proposer drafts a chain."""
     _check_runs("vllm", pair)
     config = vllm_speculative_config(pair)
     argv = ["vllm", "serve", pair.target.location]
     if config is not None:
         argv += ["--speculative-config", json.dumps(config)]
+    if config is not None and "speculative_token_tree" in config:
+        argv += ["--attention-backend", "TREE_ATTN"]
     if options.tp is not None:
         argv += ["--tensor-parallel-size", str(options.tp)]
     if options.pp is not None:
@@ -477,7 +575,7 @@ def export_vllm(pair: ExportPair, options: ServeOptions) -> Export:
         argv += ["--dtype", pair.target.dtype]
     argv += _host_port(options)
     notes = [*pair.notes, *_k_notes("vllm", pair), *_p_min_notes("vllm", pair), *_bnb_notes("vllm", pair)]
-    notes += _gguf_notes("vllm", pair)
+    notes += [*_gguf_notes("vllm", pair), *_tree_notes("vllm", pair), *_vllm_tree_notes(pair)]
     if pair.layout == "specli":
         notes.append(
             f"{_drafter(pair).name} is in specli's own EAGLE-1 layout (specli_head_type), which vLLM's "
@@ -495,6 +593,20 @@ def export_vllm(pair: ExportPair, options: ServeOptions) -> Export:
     return Export("vllm", tuple(argv), _fetches(pair), tuple(notes), config)
 
 
+def _vllm_tree_notes(pair: ExportPair) -> list[str]:
+    tree = _vllm_tree(pair)
+    if tree is None:
+        return []
+    fewer = f" ({len(tree)} of the {pair.tree} nodes)" if len(tree) < pair.tree else ""
+    shape = f"{count(len(tree), 'node')} to depth {len(tree[-1])}{fewer}"
+    return [
+        f"--tree {pair.settings.tree} --tree-width {pair.tree_width}: vLLM drafts the same static tree "
+        f"every round, {shape}: every node of a depth gets the same number of children (its proposer "
+        "needs it), where specli grows each round's tree from the drafter's probabilities. vLLM versions "
+        "without --attention-backend take VLLM_ATTENTION_BACKEND=TREE_ATTN in the environment instead."
+    ]
+
+
 # --------------------------------------------------------------------------- SGLang
 
 _SGLANG_ALGORITHM = {"model": "STANDALONE", "eagle1": "EAGLE", "eagle3": "EAGLE3"}
@@ -502,12 +614,18 @@ _SGLANG_ALGORITHM = {"model": "STANDALONE", "eagle1": "EAGLE", "eagle3": "EAGLE3
 
 def _sglang_speculation(pair: ExportPair) -> tuple[list[str], list[str]]:
     """(flags, notes) for SGLang's speculation. With topk 1 the verified chain is the last token plus K
-    drafts, so num_draft_tokens = num_steps + 1 (speculative_hook.py). NGRAM derives num_steps and topk
-    from num_draft_tokens and its BFS breadth (speculative_hook._handle_ngram); breadth 1 keeps one
-    chain, as specli's lookup proposes one copy."""
-    if pair.strategy == Strategy.LOOKUP:
-        flags = ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", str(pair.k + 1)]
-        flags += ["--speculative-ngram-max-bfs-breadth", "1"]
+    drafts, so num_draft_tokens = num_steps + 1 (speculative_hook.py). A token tree (--tree N, --tree-width
+    W) is SGLang's EAGLE-2 tree, grown as specli grows it: --speculative-eagle-topk W children of the W
+    likeliest nodes per step for --speculative-num-steps K steps, then the N best nodes kept, the root
+    counted in --speculative-num-draft-tokens N + 1 (eagle_utils.organize_draft_results). NGRAM derives
+    num_steps and topk from num_draft_tokens and its BFS breadth (speculative_hook._handle_ngram);
+    breadth 1 keeps one chain, as specli's lookup proposes one copy, and a lookup tree gets breadth W
+    with N + 1 draft tokens (SGLang's own trie tree, not specli's suffix-index tree, but the same
+    size)."""
+    if pair.strategy == Strategy.LOOKUP:  # a tree: N nodes, breadth W (_handle_ngram's topk)
+        drafts, breadth = (pair.tree, pair.tree_width) if pair.tree else (pair.k, 1)
+        flags = ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", str(drafts + 1)]
+        flags += ["--speculative-ngram-max-bfs-breadth", str(breadth)]
         note = (
             f"--ngram-min {pair.settings.ngram_min} / --ngram-max {pair.settings.ngram_max}: no counterpart "
             "in sglang, whose NGRAM drafter matches suffixes in a trie of the prompts and outputs it has "
@@ -517,9 +635,18 @@ def _sglang_speculation(pair: ExportPair) -> tuple[list[str], list[str]]:
     assert pair.kind is not None
     flags = ["--speculative-algorithm", _SGLANG_ALGORITHM[pair.kind]]
     flags += ["--speculative-draft-model-path", _drafter(pair).location]
-    flags += ["--speculative-num-steps", str(pair.k), "--speculative-eagle-topk", "1"]
-    flags += ["--speculative-num-draft-tokens", str(pair.k + 1)]
     notes = []
+    if pair.tree:  # EAGLE-2's tree: topk W per step for num_steps steps, then the N best nodes
+        steps = pair.k if pair.tree_width > 1 else pair.tree  # topk 1: num_draft_tokens = num_steps + 1
+        flags += ["--speculative-num-steps", str(steps), "--speculative-eagle-topk", str(pair.tree_width)]
+        flags += ["--speculative-num-draft-tokens", str(pair.tree + 1)]
+        notes.append(
+            f"--tree {pair.tree}: SGLang's --speculative-num-draft-tokens counts the root (the last verified "
+            f"token) with the tree's nodes: {pair.tree + 1}."
+        )
+    else:
+        flags += ["--speculative-num-steps", str(pair.k), "--speculative-eagle-topk", "1"]
+        flags += ["--speculative-num-draft-tokens", str(pair.k + 1)]
     if pair.layout in ("speculators", "specli"):  # SGLang 0.5.23 has no reader for these layouts
         notes.append(
             f"{_drafter(pair).name} is in the {pair.layout} layout, which SGLang does not read: pass a "
@@ -555,6 +682,7 @@ def export_sglang(pair: ExportPair, options: ServeOptions) -> Export:
         argv += ["--dtype", pair.target.dtype]
     argv += _host_port(options)
     notes += [*_k_notes("sglang", pair), *_p_min_notes("sglang", pair), *_bnb_notes("sglang", pair)]
+    notes += _tree_notes("sglang", pair)
     notes += _gguf_notes("sglang", pair)
     return Export("sglang", tuple(argv), _fetches(pair), tuple(notes))
 
@@ -670,7 +798,7 @@ def export_llama_cpp(pair: ExportPair, options: ServeOptions) -> Export:
         argv += flags
         notes.append(note)
     argv += _host_port(options)
-    notes += _k_notes("llama.cpp", pair)
+    notes += [*_k_notes("llama.cpp", pair), *_tree_notes("llama.cpp", pair)]
     notes += _llama_notes(pair, options, converts=any("convert_hf_to_gguf.py" in step for step in steps))
     return Export("llama.cpp", tuple(argv), tuple(steps), tuple(notes))
 

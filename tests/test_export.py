@@ -74,6 +74,7 @@ def vllm_parser() -> Parser:
     p.add_argument("--pipeline-parallel-size", "-pp", type=int)
     p.add_argument("--quantization", "-q", choices=["awq", "gptq", "fp8", "bitsandbytes", "gguf"])
     p.add_argument("--dtype", choices=["auto", "half", "float16", "bfloat16", "float", "float32"])
+    p.add_argument("--attention-backend", choices=["FLASH_ATTN", "TRITON_ATTN", "FLASHINFER", "TREE_ATTN"])
     p.add_argument("--host")
     p.add_argument("--port", type=int)
     return p
@@ -756,3 +757,114 @@ def test_a_hub_gguf_not_cached_yet_is_downloaded_first(gguf_target, tmp_path):
     hub_cache(tmp_path / "hub-cache", "acme/tiny-GGUF", {"tiny.Q8_0.gguf": gguf_target})
     cached = ex.export("llama.cpp", ex.resolve_pair(target="acme/tiny-GGUF:tiny.Q8_0.gguf"))
     assert cached.steps == () and "snapshots" in cached.argv[2]
+
+
+# --------------------------------------------------------------------------- token trees
+
+
+def test_sglang_gets_the_eagle2_tree_with_the_root_counted():
+    """--tree N --tree-width W: SGLang's EAGLE-2 tree (topk W for K steps, N best nodes kept), its
+    num_draft_tokens counting the root (N + 1) and never more than its candidates hold (SGLang picks
+    num_draft_tokens - 1 of topk + (steps - 1) * topk^2). Without --tree: topk 1, K + 1. Caught: the
+    tree flags missing, the root left out of num_draft_tokens, a chain's flags kept for a tree."""
+    for preset, algorithm in [("llama-8b-eagle3", "EAGLE3"), ("llama-8b-1b", "STANDALONE")]:
+        args = parse_sglang(export("sglang", preset, tree=16, tree_width=4))
+        assert args.speculative_algorithm == algorithm
+        assert (args.speculative_num_steps, args.speculative_eagle_topk) == (4, 4)
+        assert args.speculative_num_draft_tokens == 17
+        topk, steps = args.speculative_eagle_topk, args.speculative_num_steps
+        assert args.speculative_num_draft_tokens - 1 <= topk + (steps - 1) * topk * topk
+        chain = parse_sglang(export("sglang", preset))
+        assert (chain.speculative_eagle_topk, chain.speculative_num_draft_tokens) == (1, 5)
+    capped = export("sglang", "llama-8b-1b", tree=64, tree_width=2, num_draft_tokens=3)
+    args = parse_sglang(capped)
+    assert args.speculative_num_draft_tokens == 2 + 2 * 4 + 1  # a depth-3, width-2 tree holds 10 nodes
+    assert any("holds at most 10 nodes" in note for note in capped.notes)
+    assert ex.tree_capacity(4, 4) == 4 + 3 * 16 and ex.tree_capacity(2, 1) == 2
+
+
+def test_vllm_token_tree_shape():
+    """vllm_token_tree(N, W, depth): breadth-first paths of child indices, every node of a level with the
+    same number of children (vLLM's proposer drafts child_drafts_per_level[level] = level size // size of
+    the level above under every node), at most N nodes and `depth` levels, sorted by (len, path) as vLLM
+    sorts it. N=4, W=2: [(0,), (1,), (0, 0), (1, 0)] -- not [.., (0, 0), (0, 1)], where (1,) would have
+    none beside (0,)'s two. Caught: a partial last level handed out left to right, more than N nodes,
+    paths not closed under prefixes."""
+    assert ex.vllm_token_tree(4, 2, 4) == [(0,), (1,), (0, 0), (1, 0)]
+    assert ex.vllm_token_tree(16, 2, 4) == [
+        (0,), (1,), (0, 0), (0, 1), (1, 0), (1, 1),
+        (0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 1), (1, 1, 0), (1, 1, 1),
+    ]  # fmt: skip
+    assert ex.vllm_token_tree(5, 4, 1) == [(0,), (1,), (2,), (3,)]
+    assert ex.vllm_token_tree(3, 1, 8) == [(0,), (0, 0), (0, 0, 0)]
+    for nodes in range(1, 40):
+        for width in (1, 2, 3, 4):
+            for depth in (1, 2, 3, 5):
+                tree = ex.vllm_token_tree(nodes, width, depth)
+                assert 0 < len(tree) <= nodes and max(len(path) for path in tree) <= depth
+                assert tree == sorted(tree, key=lambda t: (len(t), t)) and len(set(tree)) == len(tree)
+                assert all(path[:-1] in tree for path in tree if len(path) > 1)  # parents are nodes
+                assert all(i < width for path in tree for i in path)
+                for level in range(1, max(len(path) for path in tree)):
+                    parents = [path for path in tree if len(path) == level]
+                    kids = [sum(1 for c in tree if c[:-1] == path) for path in parents]
+                    assert len(set(kids)) == 1, (nodes, width, depth, tree)  # uniform per level
+                    assert sorted(c[-1] for c in tree if c[:-1] == parents[0]) == list(range(kids[0]))
+
+
+def test_vllm_gets_a_static_token_tree_and_the_tree_backend():
+    """A tree pair's --speculative-config carries speculative_token_tree (a string vLLM parses with
+    ast.literal_eval) and num_speculative_tokens = its node count, and the command picks the tree
+    attention backend; without --tree neither is there; width 1 is a chain of the tree's nodes.
+    Caught: the tree as JSON lists (vLLM reads a Python literal), num_speculative_tokens left at K,
+    TREE_ATTN missing (vLLM would draft a chain)."""
+    import ast
+
+    result = export("vllm", "llama-8b-eagle3", tree=4, tree_width=2)
+    args = parse_vllm(result)
+    config = args.speculative_config
+    assert set(config) <= VLLM_SPEC_KEYS | {"speculative_token_tree"}
+    assert isinstance(config["speculative_token_tree"], str)
+    assert ast.literal_eval(config["speculative_token_tree"]) == [(0,), (1,), (0, 0), (1, 0)]
+    assert config["num_speculative_tokens"] == 4 and config["method"] == "eagle3"
+    assert args.attention_backend == "TREE_ATTN"
+    assert any("static tree" in note and "VLLM_ATTENTION_BACKEND=TREE_ATTN" in note for note in result.notes)
+    plain = parse_vllm(export("vllm", "llama-8b-eagle3"))
+    assert "speculative_token_tree" not in plain.speculative_config and plain.attention_backend is None
+    chain = parse_vllm(export("vllm", "llama-8b-1b", tree=3, tree_width=1))
+    assert chain.speculative_config["num_speculative_tokens"] == 3 and chain.attention_backend is None
+    assert "speculative_token_tree" not in chain.speculative_config
+
+
+def test_tree_options_through_the_cli():
+    """--tree / --tree-width on the export command reach every engine: vLLM's JSON has the tree,
+    llama.cpp drops it in one note line (its command unchanged), a PARD drafter is refused in one line
+    (it drafts chains only); a lookup tree is SGLang's NGRAM of that size and breadth, and vLLM's ngram
+    keeps its chain, saying so."""
+    import ast
+
+    data = invoke("vllm", "--preset", "llama-8b-1b", "--tree", "6", "--tree-width", "2", "--format", "json")
+    assert data.exit_code == 0, data.output
+    config = json.loads(data.stdout)
+    assert ast.literal_eval(config["speculative_token_tree"]) == [(0,), (1,), (0, 0), (0, 1), (1, 0), (1, 1)]
+    sglang = invoke("sglang", "--preset", "llama-8b-1b", "--tree", "6", "--tree-width", "2")
+    assert sglang.exit_code == 0, sglang.output
+    args = strict(sglang_parser(), shlex.split(sglang.stdout.strip().splitlines()[-1])[3:])
+    assert (args.speculative_eagle_topk, args.speculative_num_draft_tokens) == (2, 7)
+    llama = invoke("llama.cpp", "--preset", "llama-8b-1b", "--tree", "6")
+    assert llama.exit_code == 0, llama.output
+    assert llama.stdout == invoke("llama.cpp", "--preset", "llama-8b-1b").stdout
+    tree_lines = [line for line in llama.stderr.splitlines() if "--tree" in line]
+    assert len(tree_lines) == 1 and "chains only" in tree_lines[0], llama.stderr
+    refused = invoke("vllm", "--preset", "llama-8b-pard", "--tree", "8")
+    assert refused.exit_code == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.output
+    assert "chains only" in refused.stderr and refused.stdout == ""
+    lookup = export("vllm", "qwen2.5-7b-lookup", tree=8)
+    assert "speculative_token_tree" not in lookup.speculative_config
+    assert lookup.speculative_config["num_speculative_tokens"] == ex.resolve_pair("qwen2.5-7b-lookup").k
+    assert any("ngram drafts a chain" in note for note in lookup.notes)
+    ngram = parse_sglang(export("sglang", "qwen2.5-7b-lookup", tree=12, tree_width=3))
+    assert ngram.speculative_algorithm == "NGRAM" and ngram.speculative_num_draft_tokens == 13
+    assert ngram.speculative_ngram_max_bfs_breadth == 3
+    assert parse_sglang(export("sglang", "qwen2.5-7b-lookup")).speculative_ngram_max_bfs_breadth == 1
+    assert invoke("vllm", "--tree", "-1").exit_code == 2

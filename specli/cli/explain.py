@@ -45,6 +45,8 @@ from specli.cli.options import (
     ThreadsOpt,
     TopKOpt,
     TopPOpt,
+    TreeOpt,
+    TreeWidthOpt,
     TrustOpt,
     check_save,
 )
@@ -72,7 +74,8 @@ def _step_keys(step: bool, prompt_on_stdin: bool) -> Iterator[StepKeys | None]:
     epilog="Examples:\n\n"
     "  specli explain 'def fibonacci(n):' --temperature 0.8 --seed 1\n\n"
     "  specli explain 'def fibonacci(n):' --rounds 5 --step            # Enter between rounds\n\n"
-    "  specli explain 'for i in range(10):' --strategy lookup --pace 0 --save rounds.svg",
+    "  specli explain 'for i in range(10):' --strategy lookup --pace 0 --save rounds.svg\n\n"
+    "  specli explain 'def fibonacci(n):' --tree 8 --rounds 3          # each round's token tree",
 )
 def explain(
     prompt: PromptArg = None,
@@ -87,6 +90,8 @@ def explain(
     fixed_k: FixedKOpt = False,
     draft_p_min: DraftPMinOpt = None,
     num_draft_tokens: DraftTokensOpt = None,
+    tree: TreeOpt = None,
+    tree_width: TreeWidthOpt = None,
     max_new_tokens: MaxNewOpt = None,
     temperature: TemperatureOpt = None,
     top_k: TopKOpt = None,
@@ -128,7 +133,7 @@ def explain(
         max_new_tokens=max_new_tokens, num_draft_tokens=num_draft_tokens, temperature=temperature,
         top_k=top_k, top_p=top_p, seed=seed, stop=stop, chat=chat, exit_layer=exit_layer,
         ngram_min=ngram_min, ngram_max=ngram_max, fixed_k=fixed_k or None,
-        draft_p_min=draft_p_min,
+        draft_p_min=draft_p_min, tree=tree, tree_width=tree_width,
     )  # fmt: skip
     on_stdin = "-" in (prompt, prompt_file)
     with user_errors(debug), _step_keys(step, prompt_on_stdin=on_stdin) as keys:

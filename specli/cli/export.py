@@ -43,6 +43,25 @@ HostOpt = Annotated[str | None, typer.Option(help="Address the server binds (def
 PortOpt = Annotated[
     int | None, typer.Option(min=1, max=65535, help="Port the server listens on (default: the engine's).")
 ]
+# Declared here, not in cli/options.py: the token-tree options of the export command (docs/design.md §14).
+ExportTreeOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--tree",
+        min=0,
+        help="Token-tree nodes per round (0: a chain; default: the preset's). SGLang gets "
+        "--speculative-eagle-topk W --speculative-num-draft-tokens N+1, vLLM a static "
+        "speculative_token_tree; llama.cpp drafts chains only.",
+    ),
+]
+ExportTreeWidthOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--tree-width",
+        min=1,
+        help="Children per node and nodes expanded per depth of a token tree (default: the preset's, 2).",
+    ),
+]
 FormatOpt = Annotated[
     str,
     typer.Option(
@@ -64,6 +83,7 @@ FormatOpt = Annotated[
     "  specli export vllm --preset llama-8b-pard --format json              # the --speculative-config\n\n"
     "  specli export sglang --preset qwen2.5-7b-0.5b -k 5 --tp 2\n\n"
     "  specli export llama.cpp --preset qwen2.5-7b-lookup                   # GGUF steps, llama-server\n\n"
+    "  specli export sglang --preset llama-8b-eagle3 --tree 16 --tree-width 4  # an EAGLE-2 token tree\n\n"
     "Notes (options an engine has no counterpart for, assumptions, where files are) go to stderr as "
     "'note: ...'. Self-speculation runs in none of the engines; PARD and P-EAGLE parallel drafting in "
     "vLLM only. Nothing is downloaded or loaded: a drafter's kind comes from its config.json (local "
@@ -80,6 +100,8 @@ def export_command(
     draft_p_min: DraftPMinOpt = None,
     ngram_min: NgramMinOpt = None,
     ngram_max: NgramMaxOpt = None,
+    tree: ExportTreeOpt = None,
+    tree_width: ExportTreeWidthOpt = None,
     quant: QuantOpt = None,
     dtype: DtypeOpt = None,
     tp: TpOpt = None,
@@ -108,6 +130,8 @@ def export_command(
             draft_p_min=draft_p_min,
             ngram_min=ngram_min,
             ngram_max=ngram_max,
+            tree=tree,
+            tree_width=tree_width,
         )
         result = ex.export(name, pair, ex.ServeOptions(tp=tp, pp=pp, host=host, port=port))
         console = stderr_console()

@@ -2,7 +2,13 @@
 closing summary with the analytic expectation of the mean acceptance length. Consumes Round events.
 
 Whitespace is made visible (↵ newline, ⇥ tab, · space in whitespace-only tokens), so a token that is only
-whitespace is never a blank cell or a blank line, and the context stays on one line."""
+whitespace is never a blank cell or a blank line, and the context stays on one line.
+
+A chain round's drafts are a table, one row per position. A token-tree round (`Round.tree`) is drawn as
+the tree itself: the root is the pending token (the last committed one, after the text so far), each
+node shows its token, the drafter's q, the target's p where judged and ✓ (on the kept path) / ✗
+(refused) / · (under a refused node, never judged), and the correction or bonus hangs under the kept
+path's last node."""
 
 from __future__ import annotations
 
@@ -12,15 +18,18 @@ from rich.console import Group
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
+from rich.tree import Tree
 
 from specli.drafters.table import Strategy
-from specli.engine.events import Round, Stats, TokenKind, expected_acceptance_length
+from specli.engine.events import Round, Stats, TokenKind, TreeRecord, expected_acceptance_length
 from specli.render.plain import draft_words
 from specli.render.styles import KIND_STYLES, shown
 from specli.text import IncrementalDecoder
 from specli.wording import count, head_name, stop_text
 
 CONTEXT_CHARS = 80
+TREE_ROOT = "▸ after the text so far"  # a tree's root: the pending token, which the round does not carry
+TREE_MARKS = {"accepted": "✓", "rejected": "✗", "unjudged": "·"}
 
 
 def prob(value: float) -> str:
@@ -63,7 +72,8 @@ class ExplainView:
         self.decoder = IncrementalDecoder(tokenizer)
         self.text = Text(shown(self.decoder.push(list(prompt_ids or []))), "dim")  # the prompt, as context
         self.stats = Stats()
-        self.drafted_ks: list[int] = []  # each round's k: the drafts the target verified
+        self.drafted_ks: list[int] = []  # each round's k: the drafts the target verified (a tree: its depth)
+        self.tree_rounds = 0
 
     def _label(self, token: int) -> str:
         return token_label(self.tokenizer, token)
@@ -176,6 +186,95 @@ class ExplainView:
         outside = "" if r.token in shown_top else f", not in the top {self.top}"
         return f" (probability {prob(probability)}{outside})"
 
+    @staticmethod
+    def _tree(r: Round) -> TreeRecord | None:
+        """The round's token tree, None for a chain (or a tree round that drafted nothing)."""
+        return r.tree if r.tree is not None and r.tree.size else None
+
+    def _tree_line(self, r: Round, tree: TreeRecord) -> Text:
+        kept = f"{count(r.accepted, 'node')} long" if r.accepted else "empty (no child of the root kept)"
+        return Text(
+            f"tree: {count(tree.size, 'node')} under the pending token, up to depth {tree.depth}; the target "
+            "verified every node in ONE forward (each seeing only its ancestors) and keeps one path: the "
+            f"accepted path is {kept}."
+        )
+
+    def _node_label(self, r: Round, tree: TreeRecord, node: int, at: dict[int, int]) -> Text:
+        """'✓ 'token'  q 0.812  p 0.640' (sampling adds the acceptance probability and u); an unjudged
+        node shows only q, dimmed."""
+        status = tree.status[node]
+        styles = {"accepted": KIND_STYLES[TokenKind.ACCEPTED], "rejected": KIND_STYLES[TokenKind.REJECTED]}
+        marks = {"accepted": KIND_STYLES[TokenKind.ACCEPTED], "rejected": "bold"}
+        judged = status != "unjudged"
+        label = Text(style="" if judged else "dim")
+        label.append(TREE_MARKS.get(status, "?"), marks.get(status, "dim"))
+        label.append(" ")
+        label.append(self._label(tree.tokens[node]), styles.get(status, "dim"))
+        label.append(f"  q {prob(tree.draft_probs[node])}")
+        if judged and tree.target_probs:
+            label.append(f"  p {prob(tree.target_probs[node])}")
+        i = at[node]  # the node's place in the round's drafted order (accept_probs, uniforms)
+        if judged and not self.greedy and i < len(r.accept_probs) and i < len(r.uniforms):
+            label.append(f"  accept {prob(r.accept_probs[i])}  u {prob(r.uniforms[i])}")
+        return label
+
+    def _draft_tree(self, r: Round, tree: TreeRecord) -> Tree:
+        """The token tree under its root (the pending token), children in the order they were tried; the
+        correction or bonus is the last child of the kept path's last node (of the root when no node was
+        kept)."""
+        order = tree.path + [i for i in range(tree.size) if i not in set(tree.path)]  # Round.drafted's
+        at = {node: i for i, node in enumerate(order)}
+        root = Tree(Text(TREE_ROOT, "dim"), guide_style="dim")
+        branches: list[Tree] = []
+        for node, parent in enumerate(tree.parents):  # a parent comes before its children
+            under = root if parent < 0 else branches[parent]
+            branches.append(under.add(self._node_label(r, tree, node, at)))
+        last = branches[tree.path[-1]] if tree.path else root
+        style = KIND_STYLES[r.kind]
+        last.add(Text.assemble(("→ ", style), (self._label(r.token), style), "  ", (r.kind.value, style)))
+        return root
+
+    def _tree_outcome(self, r: Round, tree: TreeRecord) -> Text:
+        """Why the tree round ended as it did: every child of the kept path's last node refused (a
+        correction from what is left of the target's distribution there), or the path reached a leaf (a
+        bonus from the target's distribution after it)."""
+        last = tree.path[-1] if tree.path else -1
+        where = f"the last accepted node {self._label(tree.tokens[last])}" if last >= 0 else "the root"
+        tried = sum(1 for parent in tree.parents if parent == last)
+        style = KIND_STYLES[r.kind]
+        out = Text()
+        if r.kind is TokenKind.CORRECTION:
+            if self.greedy:
+                out.append(
+                    f"No child of {where} ({count(tried, 'child', 'children')} tried) is the target's argmax "
+                    "there"
+                )
+                if r.token_source:
+                    out.append(f" (the target's top entries there: {self._top(r)})")
+                out.append(".\nCorrection (the argmax): ")
+            else:
+                out.append(
+                    f"Every child of {where} was refused ({count(tried, 'child', 'children')} tried in "
+                    "order, each accepted with probability p′(x), p′ the target's distribution without the "
+                    "children refused before it, renormalised). The correction is drawn from p′ without all "
+                    "of them"
+                )
+                if r.token_source:
+                    out.append(f"; its top entries: {self._top(r)}")
+                out.append(".\nCorrection: ")
+        else:
+            depth = f"depth {len(tree.path)}" if tree.path else "the root"
+            out.append(
+                f"The accepted path reached a leaf ({where}, {depth}), so the target's distribution after it "
+                "(computed in the same forward) gives a bonus token"
+            )
+            if r.token_source:
+                out.append(f"; its top entries: {self._top(r)}")
+            out.append(".\nBonus: ")
+        out.append(self._label(r.token), style)
+        out.append(self._own(r))
+        return out
+
     def _outcome(self, r: Round) -> Text:
         token = self._label(r.token)
         style = KIND_STYLES[r.kind]
@@ -246,7 +345,9 @@ class ExplainView:
     def panel(self, r: Round) -> Panel:
         """The panel for one round; call rounds in order."""
         self.stats.observe(r)
-        self.drafted_ks.append(len(r.drafted))
+        tree = self._tree(r)
+        self.drafted_ks.append(tree.depth if tree is not None else len(r.drafted))
+        self.tree_rounds += tree is not None
         context = self.text[-CONTEXT_CHARS:] if len(self.text) > CONTEXT_CHARS else self.text.copy()
         committed = Text()
         for token, kind in zip(r.committed, r.committed_kinds, strict=True):
@@ -263,9 +364,12 @@ class ExplainView:
         cut = self._cut_line(r)
         if cut is not None:
             parts.append(cut)
-        if r.drafted:
-            parts.append(self._draft_table(r))
-        parts.append(self._outcome(r))
+        if tree is not None:
+            parts += [self._tree_line(r, tree), self._draft_tree(r, tree), self._tree_outcome(r, tree)]
+        else:
+            if r.drafted:
+                parts.append(self._draft_table(r))
+            parts.append(self._outcome(r))
         parts.append(
             Text.assemble(("committed: ", "bold"), committed or Text("(incomplete character)", "dim"))
         )
@@ -291,6 +395,11 @@ class ExplainView:
                 "probability that a draft the target judged is kept (drafts after a rejection are not judged)"
             )
             lines.append(self._expected_line(alpha))
+            if self.tree_rounds:
+                lines.append(
+                    f"{count(self.tree_rounds, 'tree round')}: drafted counts every node verified (a tree "
+                    "keeps one path of them), and k is each tree's depth."
+                )
         return Panel(Text("\n".join(lines)), title="summary", title_align="left")
 
     def _expected_line(self, alpha: float) -> str:

@@ -1,7 +1,9 @@
 """The live terminal view of `specli generate`: committed text coloured by token kind, the current
-round's rejected drafts struck through, a status line and a legend; the final frame says why generation
-stopped. Every line fits the terminal's width: the status line and the legend break between their parts
-(never inside one), the text wraps between words. Consumes Round events only."""
+round's rejected drafts struck through (a chain's only: a token tree's refused nodes are branches, not
+one continuation, and the status line gives the tree's node count instead), a status line and a legend;
+the final frame says why generation stopped. Every line fits the terminal's width: the status line and
+the legend break between their parts (never inside one), the text wraps between words. Consumes Round
+events only."""
 
 from __future__ import annotations
 
@@ -102,7 +104,9 @@ class TokenView:
             if piece:
                 self.text.append(visible(piece), KIND_STYLES[kind])
         self._rejected = Text()
-        if r.rejected and r.kind is TokenKind.CORRECTION:
+        # A chain's rejected drafts are one continuation, struck through where they were refused; a
+        # tree's refused nodes are several branches, so only the status line counts them.
+        if r.tree is None and r.rejected and r.kind is TokenKind.CORRECTION:
             shown = continuation_text(self.tokenizer, context[-CONTEXT_IDS:], r.rejected)
             self._rejected = Text(visible(shown), KIND_STYLES[TokenKind.REJECTED])
 
@@ -121,8 +125,9 @@ class TokenView:
         return Text.assemble(self.text[: self._split], self._rejected, self.text[self._split :])
 
     def status(self) -> Packed:
-        """Strategy, round, this round's drafts, acceptance, mean acceptance length, tokens, tok/s and
-        elapsed, broken into lines between parts to fit the width."""
+        """Strategy, round, this round's drafts (a tree round: its nodes and depth, `draft_words`),
+        acceptance, mean acceptance length, tokens, tok/s and elapsed, broken into lines between parts to
+        fit the width."""
         s, r = self.stats, self.last
         label = strategy_label(self.strategy, self.k)
         if self.drafter_note:
