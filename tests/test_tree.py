@@ -357,3 +357,55 @@ def test_lookup_trees_decode_exactly_as_generate(tree_pair):
             prompt_ids=ids, max_new_tokens=24, strategy="lookup", tree=8, tree_width=3, fixed_k=fixed
         )
         assert result.token_ids == expected
+
+
+# --------------------------------------------------------------------------- the tree's size per round
+
+
+def _record(parents, probs, path):
+    from specli.engine.events import TreeRecord
+
+    status = ["accepted" if i in path else "rejected" for i in range(len(parents))]
+    return TreeRecord(list(range(len(parents))), parents, probs, [], status, path)
+
+
+# a width-2 tree of depth 3: nodes 0/1 under the root, 2/3 under 0, 4/5 under 1, 6/7 under 2, 8/9 under 4
+WIDE = [-1, -1, 0, 0, 1, 1, 2, 2, 4, 4]
+WIDE_PROBS = [0.6, 0.1, 0.6, 0.1, 0.6, 0.1, 0.6, 0.1, 0.6, 0.1]  # path (0, 2, 6): 0.6, 0.36, 0.216
+
+
+def _controller(verify_per_token: float, paths: list[list[int]], rounds: int = 12):
+    """A DraftLength that saw `rounds` WIDE trees (taking the given paths in turn) verified at 10 ms plus
+    verify_per_token per token, drafted in 3 ms."""
+    from specli.engine.draft_length import DraftLength
+
+    length = DraftLength(3)
+    for i in range(rounds):
+        path = paths[i % len(paths)]
+        nodes = 1 + len(WIDE) if i % 2 else 4  # two verify lengths, so the line's slope is measured
+        length.observe(3, len(path), 0.003, 0.010 + verify_per_token * nodes, verified=nodes)
+        length.observe_tree(_record(WIDE, WIDE_PROBS, path))
+    return length
+
+
+def test_a_free_verify_and_deep_acceptance_keep_the_whole_tree():
+    """Flat verify cost, and the likeliest path (0, 2, 6) or its siblings accepted: every node pays."""
+    length = _controller(0.0, [[0, 2, 6], [1, 4, 8], [0, 3]])
+    assert length.choose_nodes(WIDE, WIDE_PROBS, 0.003) == list(range(len(WIDE)))
+
+
+def test_a_costly_verify_keeps_only_the_likeliest_chain():
+    """Each verified token costs as much as the round's fixed part and only the first choice is ever
+    kept: the best chain (0, 2, 6) is worth its nodes, the siblings are not."""
+    length = _controller(0.010, [[0, 2, 6]])
+    assert length.choose_nodes(WIDE, WIDE_PROBS, 0.003) == [0, 2, 6]
+
+
+def test_the_node_acceptance_is_learned_from_what_was_accepted():
+    """Path probabilities are only priors: the likeliest path's nodes (0.6, 0.36, 0.216) were always kept,
+    so their bins learn acceptance near 1, and node 1's (0.1) near 0."""
+    length = _controller(0.0, [[0, 2, 6]], rounds=40)
+    assert min(length.node_acceptance(p) for p in (0.6, 0.36, 0.216)) > 0.9
+    assert length.node_acceptance(0.1) < 0.1
+    fixed = type(length)(3, fixed=True)
+    assert fixed.choose_nodes(WIDE, WIDE_PROBS, 0.003) == list(range(len(WIDE)))

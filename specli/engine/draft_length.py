@@ -16,17 +16,19 @@ an earlier passage, so the next copied tokens are likely right and a long draft 
 argues) and "searching" otherwise.
 
 A token tree's size is chosen the same way, after the drafter grew it (docs/design.md §14): the
-expected tokens of keeping a set S of its nodes are 1 + c·Σ_{i∈S} P(i), P(i) the product of draft
-probabilities along node i's path and c the ratio of accepted path lengths to those sums over the
-trees verified so far (a calibrated drafter has c = 1); its cost is the round's draft time plus the
-verify line at |S| + 1 tokens. The candidates are the N best nodes for every N (closed under ancestors)
-and the best chain of every depth; the best tokens per second wins, the smaller on a tie.
+expected tokens of keeping a set S of its nodes are 1 + Σ_{i∈S} a(P(i)), P(i) the product of draft
+probabilities along node i's path and a(P) the share of verified nodes with a path probability within
+a factor 2 of P that ended on the accepted path (calibrated against what was accepted; P itself is the
+prior); its cost is the round's draft time plus the verify line at |S| + 1 tokens. The candidates are
+the N best nodes for every N (closed under ancestors) and the best chain of every depth; the best
+tokens per second wins, the smaller on a tie.
 
 Pure Python, no torch: the engine feeds it each round's k, times and outcome.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -41,7 +43,9 @@ POOLED_WEIGHT = 2.0  # ... counting as this many judged drafts
 PRIOR_WEIGHT = 8.0  # a position's estimate leans on the pooled one as if it were this many rounds
 DECAY = 0.98  # per observation: older rounds fade (acceptance and costs drift along a text)
 WARMUP_ROUNDS = 3  # rounds at the maximum k before the cost model decides
-TREE_PRIOR_WEIGHT = 2.0  # the tree calibration c starts at 1, worth this many rounds
+TREE_PRIOR_WEIGHT = 2.0  # a score bin's prior (the score itself) counts as this many verified nodes
+TREE_DECAY = 0.995  # per tree round: a round verifies many nodes, so the bins forget more slowly
+TREE_MIN_BIN = -16  # path probabilities below 2^-16 share one bin
 VERIFY_SLOPE = 0.05  # until two lengths were verified: each more token costs 5 % of a verify (a CPU's)
 
 
@@ -118,7 +122,7 @@ class DraftLength:
     _judged: dict[str | None, list[float]] = field(default_factory=dict)  # per state and position
     _costs: _Costs = field(init=False)
     _rounds: int = 0
-    _tree: list[float] = field(default_factory=lambda: [TREE_PRIOR_WEIGHT, TREE_PRIOR_WEIGHT])  # accepted, P
+    _tree_bins: dict[int, list[float]] = field(default_factory=dict)  # score bin -> [accepted, seen], decayed
     _tree_rounds: int = 0
 
     def __post_init__(self) -> None:
@@ -174,11 +178,15 @@ class DraftLength:
         best = max(rates, key=lambda rate: (rate[0], -rate[1]))[1]  # the smallest k on a tie
         return best, "budget" if best == cap < self.max_k else "cost model"
 
-    def tree_calibration(self) -> float:
-        """c: accepted path lengths over the sums of the verified nodes' path probabilities (decayed; a
-        prior of 1 worth TREE_PRIOR_WEIGHT)."""
-        accepted, predicted = self._tree
-        return accepted / predicted if predicted > 0 else 1.0
+    def node_acceptance(self, score: float) -> float:
+        """P(a node of path probability `score` ends on the accepted path): the decayed share of the
+        verified nodes of scores near it (a factor-2 bin) that were, with the score itself as the prior,
+        worth TREE_PRIOR_WEIGHT nodes. Drafters are rarely calibrated (a distilled draft model spreads
+        its probability yet ranks the target's token first), so the score ranks and history prices."""
+        slot = _score_bin(score)
+        accepted, seen = self._tree_bins.get(slot, (0.0, 0.0))
+        prior = min(1.0, 2.0 ** (slot + 0.5))
+        return (accepted + prior * TREE_PRIOR_WEIGHT) / (seen + TREE_PRIOR_WEIGHT)
 
     def choose_nodes(
         self, parents: Sequence[int], probs: Sequence[float] | None, draft_time: float
@@ -190,7 +198,7 @@ class DraftLength:
         if probs is None or self.fixed or self._tree_rounds < WARMUP_ROUNDS or not self._costs.seen:
             return list(range(n))
         scores = path_probabilities(parents, probs)
-        c = self.tree_calibration()
+        worth = [self.node_acceptance(score) for score in scores]
         intercept, slope = self._costs.verify_line()
         candidates = {tuple(best_nodes(parents, scores, size)) for size in range(1, n + 1)}
         by_depth: dict[int, int] = {}
@@ -200,16 +208,21 @@ class DraftLength:
         candidates |= {tuple(sorted(path_to(parents, node))) for node in by_depth.values()}
 
         def rate(nodes: tuple[int, ...]) -> float:
-            expected = 1.0 + c * sum(scores[i] for i in nodes)
+            expected = 1.0 + sum(worth[i] for i in nodes)
             return expected / max(draft_time + intercept + slope * (len(nodes) + 1), 1e-12)
 
         return list(max(candidates, key=lambda nodes: (rate(nodes), -len(nodes))))
 
     def observe_tree(self, tree: TreeRecord) -> None:
-        """A verified tree round: calibrates c."""
-        scores = path_probabilities(tree.parents, tree.draft_probs)
-        self._tree[0] = self._tree[0] * DECAY + len(tree.path)
-        self._tree[1] = self._tree[1] * DECAY + sum(scores)
+        """A verified tree round: each node's score bin learns whether it ended on the accepted path."""
+        for entry in self._tree_bins.values():
+            entry[0] *= TREE_DECAY
+            entry[1] *= TREE_DECAY
+        kept = set(tree.path)
+        for node, score in enumerate(path_probabilities(tree.parents, tree.draft_probs)):
+            entry = self._tree_bins.setdefault(_score_bin(score), [0.0, 0.0])
+            entry[0] += node in kept
+            entry[1] += 1.0
         self._tree_rounds += 1
 
     def observe(
@@ -232,3 +245,10 @@ class DraftLength:
             kept[i] += float(i < accepted)
         self._costs.add(drafted, draft_time, verify_time, verified)
         self._rounds += drafted > 0
+
+
+def _score_bin(score: float) -> int:
+    """The factor-2 bin of a path probability: floor(log2(score)), in [TREE_MIN_BIN, -1]."""
+    if score <= 0:
+        return TREE_MIN_BIN
+    return max(TREE_MIN_BIN, min(-1, math.floor(math.log2(score))))
