@@ -42,8 +42,8 @@ llama() {  # the first six editing prompts of the code set, 128 tokens, float32 
 drafters() {  # held-out prompts of both sets (the first of each of their 9 categories), 64 tokens, k <= 4
   # docs/bench-real/heldout.jsonl: the first 4 prompts of every category, which the drafters' training
   # data left out (scripts/smollm2_data.py)
-  for temperature in 0 0.7; do
-    for threads in 1 2; do
+  for temperature in ${TEMPERATURES:-0 0.7}; do  # TEMPERATURES / THREADS: one setting again
+    for threads in ${THREADS:-1 2}; do
       specli bench --preset smollm2-135m --strategy draft --strategy eagle -k 4 \
         --prompts docs/bench-real/heldout.jsonl --limit "${LIMIT:-1}" --max-new-tokens 64 \
         --temperature "$temperature" --threads "$threads" --compare-hf \

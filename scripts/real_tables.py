@@ -132,11 +132,62 @@ def drafters_table(folder: Path) -> str:
     return "\n".join(lines)
 
 
+def _endpoint_cell(report: dict, name: str, plain: float | None) -> str:
+    """tok/s (× plain; acceptance rate, acceptance length) of an endpoint over its counted runs."""
+    tps = endpoint_tps(report, name)
+    if tps is None:
+        return "–"
+    row = report["summary"]["overall"].get(name, {})
+    rate, length = row.get("acceptance_rate"), row.get("acceptance_length")
+    extra = f"; acc. rate {rate:.2f}, acc. length {length:.2f}" if rate is not None and length else ""
+    return f"{tps:.1f} ({tps / plain:.2f}×{extra})" if plain else f"{tps:.1f}"
+
+
+def _own_cell(row: dict | None, plain: dict) -> str:
+    """tok/s (× plain; acceptance rate, acceptance length) of one of specli's rows."""
+    if not row:
+        return "–"
+    tps = row["tokens_per_second"]
+    return (
+        f"{tps:.1f} ({tps / plain['tokens_per_second']:.2f}×; acc. rate {row['acceptance_rate']:.2f}, "
+        f"acc. length {row['acceptance_length']:.2f})"
+    )
+
+
+def drafters_llama_table(folder: Path) -> str:
+    """SmolLM2's drafters beside llama-server on the package's GGUF (scripts/llama_cpp.sh bench-drafters)."""
+    lines = [
+        "| engine | weights a target token reads | plain | draft model | n-gram | EAGLE-3 head |",
+        "|---|---|---|---|---|---|",
+    ]
+    for threads in (1, 2):
+        report = _load(folder, f"smollm2-135m-drafters-llama-t{threads}")
+        if report is None:
+            continue
+        overall = report["summary"]["overall"]
+        plain = overall["none"]
+        cells = [_own_cell(overall.get(name), plain) for name in ("draft", "eagle")]
+        many = "s" if threads > 1 else ""
+        lines.append(
+            f"| specli, float32, {threads} thread{many} | 538 MB | {_f(_tps(plain))} | {cells[0]} | – | "
+            f"{cells[1]} |"
+        )
+        served = endpoint_tps(report, "llama-server plain")
+        lines.append(
+            f"| llama-server, Q4_1 target, f16 drafters, {threads} thread{many} | 98 MB | "
+            f"{_f(served)} | {_endpoint_cell(report, 'llama-server draft', served)} | "
+            f"{_endpoint_cell(report, 'llama-server ngram', served)} | "
+            f"{_endpoint_cell(report, 'llama-server eagle3', served)} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     folder = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/bench-real")
     print(plain_table(folder), end="\n\n")
     print(lookup_table(folder), end="\n\n")
-    print(drafters_table(folder))
+    print(drafters_table(folder), end="\n\n")
+    print(drafters_llama_table(folder))
 
 
 if __name__ == "__main__":

@@ -161,8 +161,10 @@ def test_the_real_model_tables_are_the_committed_reports():
     for row in printed:
         assert row in performance, row
     drafters = tables.drafters_table(folder).splitlines()
-    assert len(drafters) == 2 + 3  # greedy at 1 and 2 threads, T = 0.7 at 2 (at 1: not measured yet)
-    for row in drafters:
+    assert len(drafters) == 2 + 4  # greedy and T = 0.7, at 1 and 2 threads
+    llama = tables.drafters_llama_table(folder).splitlines()
+    assert len(llama) == 2 + 2  # specli and llama-server, 2 threads
+    for row in drafters + llama:
         assert row in performance, row
     card_spec = importlib.util.spec_from_file_location("card", ROOT / "scripts" / "smollm2_card.py")
     card = importlib.util.module_from_spec(card_spec)
