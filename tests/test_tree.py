@@ -173,7 +173,7 @@ def tree_pair(request, tmp_path_factory, tokenizer):
 @pytest.mark.parametrize(("tree", "width", "fixed"), [(4, 2, True), (16, 3, True), (32, 2, False)])
 def test_tree_drafts_decode_exactly_as_generate(tree_pair, tree, width, fixed):
     pair = tree_pair
-    nodes = 0
+    nodes = trees = 0
     for prompt in PROMPTS:
         ids = pair.encode(prompt, chat=False)
         expected = reference(pair, ids, 21, set())
@@ -182,8 +182,10 @@ def test_tree_drafts_decode_exactly_as_generate(tree_pair, tree, width, fixed):
         )
         assert result.token_ids == expected, (prompt, tree, width)
         nodes += result.stats.drafted
-        assert all(r.tree is not None for r in result.rounds if r.drafted)
-    assert nodes > 0
+        if fixed:  # every drafting round a tree; else the cost model also runs chain rounds
+            assert all(r.tree is not None for r in result.rounds if r.drafted)
+        trees += sum(r.tree is not None for r in result.rounds)
+    assert nodes > 0 and trees > 0
 
 
 def test_tree_rounds_keep_one_path_and_count_nodes(tree_pair):
@@ -256,7 +258,7 @@ def test_self_strategy_refuses_trees_in_one_line(tree_pair):
 
 def _first_proposal(drafter, prompt: list[int], k: int, sampling: SamplingConfig = SamplingConfig()):
     drafter.reset(prompt)
-    return drafter.propose(k, sampling, None)
+    return drafter.propose(k, sampling, None, nodes=drafter.tree_size)
 
 
 def test_the_draft_models_tree_nodes_are_its_top_children_given_each_path(tokenizer):
@@ -409,3 +411,25 @@ def test_the_node_acceptance_is_learned_from_what_was_accepted():
     assert length.node_acceptance(0.1) < 0.1
     fixed = type(length)(3, fixed=True)
     assert fixed.choose_nodes(WIDE, WIDE_PROBS, 0.003) == list(range(len(WIDE)))
+
+
+def test_trees_run_only_while_they_deliver_more_tokens_per_second_than_chains():
+    """Warm-up: trees, then chains; then the faster kind, the other once every EXPLORE_EVERY rounds."""
+    from specli.engine.draft_length import EXPLORE_EVERY, WARMUP_ROUNDS, DraftLength
+
+    def run(tree_rate: float, chain_rate: float, rounds: int) -> list[bool]:
+        length, kinds = DraftLength(4), []
+        for _ in range(rounds):
+            tree = length.use_tree()
+            kinds.append(tree)
+            length.observe_round(tree, 3, 3 / (tree_rate if tree else chain_rate))
+        return kinds
+
+    slow_trees = run(tree_rate=100.0, chain_rate=150.0, rounds=60)
+    assert slow_trees[:WARMUP_ROUNDS] == [True] * WARMUP_ROUNDS
+    assert slow_trees[WARMUP_ROUNDS : 2 * WARMUP_ROUNDS] == [False] * WARMUP_ROUNDS
+    later = slow_trees[2 * WARMUP_ROUNDS :]
+    assert 1 <= sum(later) <= len(later) // EXPLORE_EVERY + 1  # chains, with a tree now and then
+    fast_trees = run(tree_rate=150.0, chain_rate=100.0, rounds=60)[2 * WARMUP_ROUNDS :]
+    assert 1 <= fast_trees.count(False) <= len(fast_trees) // EXPLORE_EVERY + 1
+    assert DraftLength(4, fixed=True).use_tree()

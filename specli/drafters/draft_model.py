@@ -127,9 +127,11 @@ class DraftModelDrafter(Drafter):
             return torch.cat([logits, pad], -1)
         return logits
 
-    def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None) -> Proposal:
+    def propose(
+        self, k: int, sampling: SamplingConfig, generator: torch.Generator | None, nodes: int = 0
+    ) -> Proposal:
         asked, cut = k, None
-        per_depth = self.tree_width if self.tree_size else 1  # positions a depth after the first feeds
+        per_depth = self.tree_width if nodes else 1  # positions a depth after the first feeds
         if self.max_positions is not None:  # positions fed this round: length-len(pending) .. length+k-2
             if self._length + (k - 1) * per_depth > self.max_positions:
                 self._restart(recent_window(self.max_positions))  # slide to the most recent context
@@ -141,8 +143,8 @@ class DraftModelDrafter(Drafter):
             return Proposal(ids=self._drafted, cut=cut)
         if self.mask_token is not None:
             return self._propose_parallel(k, sampling, generator, cut)
-        if self.tree_size:
-            return self._propose_tree(k, sampling)
+        if nodes:
+            return self._propose_tree(k, sampling, nodes)
         drafts = Drafts(sampling, generator, self.p_min, cut)
         inp = torch.tensor(self._pending)
         for i in range(k):
@@ -173,7 +175,7 @@ class DraftModelDrafter(Drafter):
         self._drafted = proposal.ids  # [k']
         return proposal
 
-    def _propose_tree(self, k: int, sampling: SamplingConfig) -> Proposal:
+    def _propose_tree(self, k: int, sampling: SamplingConfig, size: int) -> Proposal:
         """A token tree of depth <= k (EAGLE-2's growth, `grow_tree`): pending runs as usual, then each
         depth ONE forward over the frontier nodes, each at position (pending's + depth) and seeing the
         committed context and its own ancestors, which earlier depths left in the cache. Every tree
@@ -199,9 +201,7 @@ class DraftModelDrafter(Drafter):
             logits, _ = self.lm.forward_masked(ids, self._cache, positions, visible)  # [w, V_d]
             return _probabilities(self._align(logits), sampling)  # [w, V]
 
-        tokens, parents, probs = grow_tree(
-            _probabilities(first, sampling), expand, k, self.tree_width, self.tree_size
-        )
+        tokens, parents, probs = grow_tree(_probabilities(first, sampling), expand, k, self.tree_width, size)
         self.lm.rewind(self._cache, len(slots))
         self._drafted = torch.tensor(tokens, dtype=torch.long)
         return Proposal(self._drafted, parents=parents, probs=probs, info={"tree": len(tokens)})

@@ -148,7 +148,9 @@ class EagleDrafter(Drafter):
         return full.index_copy(0, self._draft_ids, draft_logits)
 
     @torch.inference_mode()
-    def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None) -> Proposal:
+    def propose(
+        self, k: int, sampling: SamplingConfig, generator: torch.Generator | None, nodes: int = 0
+    ) -> Proposal:
         self._drafted = []
         if not self._true_tokens:  # no feature yet (a one-token prompt): this round is a plain step
             return Proposal.empty()
@@ -169,8 +171,8 @@ class EagleDrafter(Drafter):
         if head.config.parallel:
             return self._propose_parallel(states[m - 1 :], sampling, generator)
         state = states[-1:]  # [1, H]
-        if self.tree_size:
-            return self._propose_tree(state, k, sampling)
+        if nodes:
+            return self._propose_tree(state, k, sampling, nodes)
         drafts = Drafts(sampling, generator, self.p_min)
         for i in range(k):
             token = drafts.take(self._target_logits(head.draft_logits(state, self._target_head)[-1]))
@@ -188,7 +190,7 @@ class EagleDrafter(Drafter):
         )
         return torch.softmax(logits, -1) if sampling.greedy else process_logits(logits, sampling)
 
-    def _propose_tree(self, root: torch.Tensor, k: int, sampling: SamplingConfig) -> Proposal:
+    def _propose_tree(self, root: torch.Tensor, k: int, sampling: SamplingConfig, size: int) -> Proposal:
         """A token tree of depth <= k grown from the root state [1, H] (EAGLE-2): each depth ONE head step
         over the frontier, node x entering as (embedding of x, the state that drafted x) at position
         (true length + depth - 1), seeing the true positions and its own ancestors' slots. The tree's
@@ -219,7 +221,7 @@ class EagleDrafter(Drafter):
             return self._distribution(states, sampling)  # [w, V]
 
         tokens, parents, probs = grow_tree(
-            self._distribution(root, sampling)[0], expand, k, self.tree_width, self.tree_size
+            self._distribution(root, sampling)[0], expand, k, self.tree_width, size
         )
         self._info.update(
             target_layers=list(self.feature_layers),

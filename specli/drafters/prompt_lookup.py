@@ -73,16 +73,18 @@ class PromptLookupDrafter(Drafter):
         self._drafted = []
         self.draft_state = "searching"
 
-    def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None) -> Proposal:
-        if self.tree_size and k > 0:
-            return self._propose_tree(k)
+    def propose(
+        self, k: int, sampling: SamplingConfig, generator: torch.Generator | None, nodes: int = 0
+    ) -> Proposal:
+        if nodes and k > 0:
+            return self._propose_tree(k, nodes)
         drafted = self._index.draft(k) if k > 0 else []
         self._drafted = [c.token for c in drafted]
         info = draft_info(drafted, len(self._index))
         cut = "match" if len(drafted) < k else None
         return Proposal(torch.tensor(self._drafted, dtype=torch.long), info=info, cut=cut)
 
-    def _propose_tree(self, k: int) -> Proposal:
+    def _propose_tree(self, k: int, size: int) -> Proposal:
         """A tree of depth <= k (SuffixDecoding): each node's children are the tokens that most often
         followed the longest matched suffix of the text plus its path, each weighted by its share of
         those occurrences; depth by depth the `tree_width` likeliest paths branch, then the `tree_size`
@@ -102,7 +104,7 @@ class PromptLookupDrafter(Drafter):
             growth.newest = [node for parent in growth.frontier(self.tree_width) for node in branch(parent)]
             if not growth.newest:
                 break
-        keep = growth.select(self.tree_size)
+        keep = growth.select(size)
         parents = subtree(growth.parents, keep)
         self._drafted = [growth.tokens[i] for i in keep]
         self._tree_depth = max(depths(parents), default=0)

@@ -56,7 +56,9 @@ class SelfSpeculativeDrafter(Drafter):
         self._cache = cache
 
     @torch.inference_mode()
-    def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None) -> Proposal:
+    def propose(
+        self, k: int, sampling: SamplingConfig, generator: torch.Generator | None, nodes: int = 0
+    ) -> Proposal:
         stack, device = self.stack, self.stack.backbone.embed_tokens.weight.device
         token = torch.tensor([[self._pending]], device=device)  # [1, 1]
         position = self._length - 1

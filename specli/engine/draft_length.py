@@ -15,6 +15,12 @@ state. Prompt lookup says "copying" after a round whose whole draft was accepted
 an earlier passage, so the next copied tokens are likely right and a long draft pays, as suffix decoding
 argues) and "searching" otherwise.
 
+Whether a round drafts a token tree at all (a drafter that can, under --tree) is decided before it
+drafts, from what each kind of round delivered: the decayed committed tokens per second of the recent
+tree rounds against the chain rounds', the better kind unless the other was not tried for
+EXPLORE_EVERY rounds (trees cost more drafting and a longer verify; whether their longer accepted paths
+pay depends on the hardware: hardly on a small target whose verify grows with its tokens).
+
 A token tree's size is chosen the same way, after the drafter grew it (docs/design.md §14): the
 expected tokens of keeping a set S of its nodes are 1 + Σ_{i∈S} a(P(i)), P(i) the product of draft
 probabilities along node i's path and a(P) the share of verified nodes with a path probability within
@@ -43,6 +49,8 @@ POOLED_WEIGHT = 2.0  # ... counting as this many judged drafts
 PRIOR_WEIGHT = 8.0  # a position's estimate leans on the pooled one as if it were this many rounds
 DECAY = 0.98  # per observation: older rounds fade (acceptance and costs drift along a text)
 WARMUP_ROUNDS = 3  # rounds at the maximum k before the cost model decides
+EXPLORE_EVERY = 16  # rounds of one kind (tree or chain) before the other is tried again
+MODE_DECAY = 0.9  # per round of that kind: the tokens-per-second estimates follow recent rounds
 TREE_PRIOR_WEIGHT = 2.0  # a score bin's prior (the score itself) counts as this many verified nodes
 TREE_DECAY = 0.995  # per tree round: a round verifies many nodes, so the bins forget more slowly
 TREE_MIN_BIN = -16  # path probabilities below 2^-16 share one bin
@@ -124,6 +132,10 @@ class DraftLength:
     _rounds: int = 0
     _tree_bins: dict[int, list[float]] = field(default_factory=dict)  # score bin -> [accepted, seen], decayed
     _tree_rounds: int = 0
+    _modes: dict[bool, list[float]] = field(
+        default_factory=dict
+    )  # tree? -> [decayed tokens, seconds, rounds]
+    _since: dict[bool, int] = field(default_factory=lambda: {True: 0, False: 0})  # rounds since each kind
 
     def __post_init__(self) -> None:
         if self.max_k < 1:
@@ -177,6 +189,30 @@ class DraftLength:
         rates = [(expected[k] / max(times[k - 1], 1e-12), k) for k in range(1, cap + 1)]
         best = max(rates, key=lambda rate: (rate[0], -rate[1]))[1]  # the smallest k on a tie
         return best, "budget" if best == cap < self.max_k else "cost model"
+
+    def use_tree(self) -> bool:
+        """Whether this round drafts a tree (the drafter can): always when fixed; WARMUP_ROUNDS of trees,
+        then of chains; then the kind with the higher measured tokens per second, and the other one
+        round in EXPLORE_EVERY."""
+        if self.fixed:
+            return True
+        for tree in (True, False):
+            if self._modes.get(tree, [0.0, 0.0, 0])[2] < WARMUP_ROUNDS:
+                return tree
+        for tree in (True, False):
+            if self._since[not tree] >= EXPLORE_EVERY:
+                return not tree
+        rates = {tree: tokens / max(seconds, 1e-12) for tree, (tokens, seconds, _) in self._modes.items()}
+        return rates[True] > rates[False]
+
+    def observe_round(self, tree: bool, tokens: int, seconds: float) -> None:
+        """A drafting round's kind (tree or chain), committed tokens and draft + verify seconds."""
+        entry = self._modes.setdefault(tree, [0.0, 0.0, 0])
+        entry[0] = entry[0] * MODE_DECAY + tokens
+        entry[1] = entry[1] * MODE_DECAY + seconds
+        entry[2] += 1
+        self._since[tree] = 0
+        self._since[not tree] += 1
 
     def node_acceptance(self, score: float) -> float:
         """P(a node of path probability `score` ends on the accepted path): the decayed share of the

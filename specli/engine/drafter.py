@@ -106,10 +106,12 @@ class Drafter(ABC):
       [n, len(feature_layers) * H] for those n positions, concatenated low -> high. Rows after pending
       and the `accepted` drafts belong to rejected tokens: the drafter drops them at `commit`. No extra
       target forward ever runs for the features.
-    - `tree_size`: > 0 when it proposes token trees of up to that many nodes (`Proposal.is_tree`); the
-      engine verifies all of them in one masked target forward and calls `commit_tree(path, token)`
-      instead of `commit`. A feature-reading drafter observes the features of the root (pending) and
-      of the accepted path's nodes only, in that order, after verification and before `commit_tree`.
+    - `tree_size`: > 0 when it can propose token trees of up to that many nodes (`Proposal.is_tree`);
+      the engine asks for one with `propose(k, .., nodes=tree_size)` in the rounds its cost model gives to
+      trees (a chain otherwise), verifies every node in one masked target forward and calls
+      `commit_tree(path, token)` instead of `commit`. A feature-reading drafter observes the features
+      of the root (pending) and of the accepted path's nodes only, in that order, after verification
+      and before `commit_tree`.
     - `shares_target_cache`: it drafts inside the target's own cache and computes the verify forward
       itself (self). The engine calls `attach(cache)` after the prefill and, every round (k >= 0
       drafted tokens), `verify_forward(ids [k+1], cache) -> logits [k+1, V]` instead of the target's
@@ -130,8 +132,11 @@ class Drafter(ABC):
         """Start a new generation from prompt_ids: drop all state from a previous one."""
 
     @abstractmethod
-    def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None) -> Proposal:
-        """Propose up to k tokens continuing everything committed so far."""
+    def propose(
+        self, k: int, sampling: SamplingConfig, generator: torch.Generator | None, nodes: int = 0
+    ) -> Proposal:
+        """Propose up to k tokens continuing everything committed so far; nodes > 0 (a drafter with a
+        tree_size, only): a token tree of depth <= k and up to that many nodes instead of a chain."""
 
     @abstractmethod
     def commit(self, accepted: int, token: int) -> None:

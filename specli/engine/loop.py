@@ -78,8 +78,12 @@ def generate_rounds(
         state = drafter.draft_state if drafter is not None else None  # acceptance is estimated per state
         k, why = length.choose(budget, state) if length is not None else (0, "")
 
+        tree = k > 0 and drafter is not None and drafter.tree_size > 0 and length.use_tree()
         t0 = perf_counter()  # draft
-        proposal = drafter.propose(k, config.sampling, draft_generator) if k > 0 else Proposal.empty()
+        if tree:  # a token tree of depth <= k this round (docs/design.md §14)
+            proposal = drafter.propose(k, config.sampling, draft_generator, nodes=drafter.tree_size)
+        else:
+            proposal = drafter.propose(k, config.sampling, draft_generator) if k > 0 else Proposal.empty()
         draft_ids = proposal.ids.to(device)  # [k] (a tree: [N]); only token ids (and q) cross devices
         synchronize(device)
         t1 = perf_counter()  # verify: one target forward over [pending, d_1..d_k]
@@ -103,6 +107,8 @@ def generate_rounds(
             )
             if verdict.tree is not None:
                 length.observe_tree(verdict.tree)
+            if drafter.tree_size and verdict.drafted:
+                length.observe_round(verdict.tree is not None, len(verdict.committed), t2 - t0)
 
         committed, reason = stop.commit(generated, verdict.committed)  # cut at EOS / a stop string
         generated += committed
