@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from specli.drafters.draft_model import PARALLEL_K_DEFAULT, parallel_draft_tokens
 from specli.drafters.table import Model, Strategy, check_compile, entry
+from specli.engine.draft_length import TreeChoice
 from specli.engine.drafter import Drafter
 from specli.engine.events import Round, Stats
 from specli.engine.loop import EngineConfig, generate_rounds
@@ -176,6 +177,7 @@ class Pair:
         self.later: LoadsLater | None = None  # set by `load`: the preset's drafter or head, on first use
         self.lean = lean  # drafters step through specli's own forwards where they can (docs/design.md §13)
         self._lean_steps: dict[int, tuple[Any, str | None]] = {}  # id(model or head) -> (lean step, why not)
+        self._tree_choices: dict[tuple[Any, ...], TreeChoice] = {}  # settings -> tree vs chain, measured
         if compile:
             check_compile(self.strategy)
         if own.target_layers:
@@ -413,7 +415,17 @@ class Pair:
         self._reserve(len(ids), settings)
         self._warm_up(settings, drafter)  # normally done: compiles nothing once warm_up() ran for settings
         criteria = StopCriteria(set() if settings.ignore_eos else self.eos_ids, settings.stop, self.decode)
-        rounds = generate_rounds(self.target, drafter, ids, config, criteria, self.max_positions)
+        trees = None
+        if drafter is not None and drafter.tree_size:  # tree against chain rounds, measured across calls
+            key = (
+                settings.strategy,
+                settings.tree,
+                settings.tree_width,
+                settings.num_draft_tokens,
+                settings.greedy,
+            )
+            trees = self._tree_choices.setdefault(key, TreeChoice())
+        rounds = generate_rounds(self.target, drafter, ids, config, criteria, self.max_positions, trees)
         return self._with_text(rounds)
 
     def _reserve(self, prompt_length: int, settings: Settings) -> None:

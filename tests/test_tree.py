@@ -124,12 +124,17 @@ def test_verify_tree_records_the_targets_probabilities_when_asked():
 # --------------------------------------------------------------------------- the masked forward
 
 
-@pytest.mark.parametrize("arch", ["llama", "gpt2", "opt", "gemma"])
+@pytest.mark.parametrize(
+    ("arch", "attention"),
+    [("llama", "sdpa"), ("llama", "eager"), ("gpt2", "sdpa"), ("opt", "eager"), ("gemma", "sdpa")],
+)
 @pytest.mark.parametrize("static", [False, True])
-def test_masked_forward_equals_each_paths_own_forward_and_keep_compacts(arch, static):
-    """Each tree row's logits are the model's after prefix + that node's path; after `keep`, the next
-    forward continues the kept path exactly (the other nodes' keys are gone)."""
-    model = make_model(arch, 64, layers=2, seed=3, eos_token_id=None)
+def test_masked_forward_equals_each_paths_own_forward_and_keep_compacts(arch, attention, static):
+    """Each tree row's logits are the model's after prefix + that node's path (SDPA takes the boolean
+    mask, eager attention the additive one); after `keep`, the next forward continues the kept path
+    exactly (the other nodes' keys are gone)."""
+    model = make_model(arch, 64, layers=2, seed=3, eos_token_id=None, attn_implementation=attention)
+    assert model.config._attn_implementation == attention
     lm = CachedLM(model, static_length=64 if static else None)
     prefix = torch.tensor([5, 9, 17, 33, 2, 40, 8])
     tokens = torch.tensor([11, 12, 13, 14, 15, 16])
@@ -433,3 +438,19 @@ def test_trees_run_only_while_they_deliver_more_tokens_per_second_than_chains():
     fast_trees = run(tree_rate=150.0, chain_rate=100.0, rounds=60)[2 * WARMUP_ROUNDS :]
     assert 1 <= fast_trees.count(False) <= len(fast_trees) // EXPLORE_EVERY + 1
     assert DraftLength(4, fixed=True).use_tree()
+
+
+def test_a_pair_remembers_tree_against_chain_rounds_across_generations(tree_pair):
+    """The warm-up of each kind is paid once per pair and settings, not once per prompt: the counts of
+    tree and chain rounds carry over from one generation to the next (and not to other settings)."""
+    ids = tree_pair.encode(PROMPTS[0], chat=False)
+    tree_pair.generate(prompt_ids=ids, max_new_tokens=24, tree=8, tree_width=3)
+    (choice,) = [c for key, c in tree_pair._tree_choices.items() if key[1:3] == (8, 3)]
+    first = sum(entry[2] for entry in choice.modes.values())
+    assert first > 0
+    result = tree_pair.generate(prompt_ids=ids, max_new_tokens=24, tree=8, tree_width=3)
+    assert sum(entry[2] for entry in choice.modes.values()) == first + sum(
+        1 for r in result.rounds if r.drafted
+    )
+    tree_pair.generate(prompt_ids=ids, max_new_tokens=8, tree=4, tree_width=3)
+    assert len([key for key in tree_pair._tree_choices if key[1:3] in ((8, 3), (4, 3))]) == 2

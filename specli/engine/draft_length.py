@@ -132,10 +132,7 @@ class DraftLength:
     _rounds: int = 0
     _tree_bins: dict[int, list[float]] = field(default_factory=dict)  # score bin -> [accepted, seen], decayed
     _tree_rounds: int = 0
-    _modes: dict[bool, list[float]] = field(
-        default_factory=dict
-    )  # tree? -> [decayed tokens, seconds, rounds]
-    _since: dict[bool, int] = field(default_factory=lambda: {True: 0, False: 0})  # rounds since each kind
+    trees: TreeChoice = field(default_factory=lambda: TreeChoice())
 
     def __post_init__(self) -> None:
         if self.max_k < 1:
@@ -191,28 +188,12 @@ class DraftLength:
         return best, "budget" if best == cap < self.max_k else "cost model"
 
     def use_tree(self) -> bool:
-        """Whether this round drafts a tree (the drafter can): always when fixed; WARMUP_ROUNDS of trees,
-        then of chains; then the kind with the higher measured tokens per second, and the other one
-        round in EXPLORE_EVERY."""
-        if self.fixed:
-            return True
-        for tree in (True, False):
-            if self._modes.get(tree, [0.0, 0.0, 0])[2] < WARMUP_ROUNDS:
-                return tree
-        for tree in (True, False):
-            if self._since[not tree] >= EXPLORE_EVERY:
-                return not tree
-        rates = {tree: tokens / max(seconds, 1e-12) for tree, (tokens, seconds, _) in self._modes.items()}
-        return rates[True] > rates[False]
+        """Whether this round drafts a tree (the drafter can): always when fixed, else `TreeChoice`."""
+        return self.fixed or self.trees.use_tree()
 
     def observe_round(self, tree: bool, tokens: int, seconds: float) -> None:
         """A drafting round's kind (tree or chain), committed tokens and draft + verify seconds."""
-        entry = self._modes.setdefault(tree, [0.0, 0.0, 0])
-        entry[0] = entry[0] * MODE_DECAY + tokens
-        entry[1] = entry[1] * MODE_DECAY + seconds
-        entry[2] += 1
-        self._since[tree] = 0
-        self._since[not tree] += 1
+        self.trees.observe(tree, tokens, seconds)
 
     def node_acceptance(self, score: float) -> float:
         """P(a node of path probability `score` ends on the accepted path): the decayed share of the
@@ -288,3 +269,33 @@ def _score_bin(score: float) -> int:
     if score <= 0:
         return TREE_MIN_BIN
     return max(TREE_MIN_BIN, min(-1, math.floor(math.log2(score))))
+
+
+@dataclass
+class TreeChoice:
+    """Tree rounds against chain rounds: the decayed committed tokens and draft + verify seconds of each
+    kind. A pair keeps one per settings across its generations (`Pair.stream`), so the warm-up is paid
+    once, not per prompt."""
+
+    modes: dict[bool, list[float]] = field(default_factory=dict)  # tree? -> [tokens, seconds, rounds]
+    since: dict[bool, int] = field(default_factory=lambda: {True: 0, False: 0})  # rounds since each kind
+
+    def use_tree(self) -> bool:
+        """WARMUP_ROUNDS of trees, then of chains; then the kind with the higher measured tokens per
+        second, the other one round in EXPLORE_EVERY."""
+        for tree in (True, False):
+            if self.modes.get(tree, [0.0, 0.0, 0])[2] < WARMUP_ROUNDS:
+                return tree
+        for tree in (True, False):
+            if self.since[not tree] >= EXPLORE_EVERY:
+                return not tree
+        rates = {tree: tokens / max(seconds, 1e-12) for tree, (tokens, seconds, _) in self.modes.items()}
+        return rates[True] > rates[False]
+
+    def observe(self, tree: bool, tokens: int, seconds: float) -> None:
+        entry = self.modes.setdefault(tree, [0.0, 0.0, 0])
+        entry[0] = entry[0] * MODE_DECAY + tokens
+        entry[1] = entry[1] * MODE_DECAY + seconds
+        entry[2] += 1
+        self.since[tree] = 0
+        self.since[not tree] += 1

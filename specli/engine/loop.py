@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from specli.engine.draft_length import DraftLength
+from specli.engine.draft_length import DraftLength, TreeChoice
 from specli.engine.drafter import Drafter, Proposal
 from specli.engine.events import Round, StopReason
 from specli.engine.sampling import SamplingConfig
@@ -50,11 +50,14 @@ def generate_rounds(
     config: EngineConfig,
     stop: StopCriteria,
     max_positions: int | None = None,
+    trees: TreeChoice | None = None,
 ) -> Iterator[Round]:
     """Speculative generation after prompt_ids; `drafter=None` is plain decoding (one token a round).
 
     Output is the target's own: greedy token for token, sampling in distribution. Stops at EOS, stop
-    strings, max_new_tokens (never overshoots) and before max_positions (the context limit).
+    strings, max_new_tokens (never overshoots) and before max_positions (the context limit). `trees`:
+    what earlier generations measured of tree against chain rounds (updated in place), for a drafter
+    that drafts trees.
     """
     if not prompt_ids:
         raise ValueError("prompt_ids must hold at least one token")
@@ -70,6 +73,8 @@ def generate_rounds(
     length = None
     if drafter is not None:
         length = DraftLength(config.num_draft_tokens, fixed=config.fixed_k, parallel=drafter.parallel)
+        if trees is not None:
+            length.trees = trees
 
     for index in range(config.max_new_tokens):
         budget = limit - len(generated)  # tokens this generation may still commit
