@@ -126,7 +126,7 @@ def test_tree_usage_errors_exit_2_in_one_line_before_torch(tmp_path):
         ("tree must be between 0 and 64 nodes (got 65)", ["generate", "hi", "--tree", "65"]),
         ("tree-width must be between 1 and 8 (got 9)", ["generate", "hi", "--tree-width", "9"]),
         (SELF_REFUSED, ["bench", "--strategy", "draft", "--strategy", "self", "--tree", "4"]),  # any strategy
-        ("--sweep-tree '0,8': size 0 is out of range", ["bench", "--sweep-tree", "0,8"]),
+        ("--sweep-tree '-1,8': size -1 is out of range", ["bench", "--sweep-tree=-1,8"]),
         ("--sweep-tree 'x' is not a list of numbers", ["bench", "--sweep-tree", "x"]),
         ("give --sweep-k or --sweep-tree, not both", ["bench", "--sweep-k", "2,4", "--sweep-tree", "4"]),
     ]
@@ -218,16 +218,17 @@ def test_load_refuses_a_bad_tree_before_any_weights_load(monkeypatch):
 def test_parse_sweep_tree():
     assert parse_sweep_tree("32,4,8,8") == (4, 8, 32)
     assert parse_sweep_tree("64") == (64,)
+    assert parse_sweep_tree("8,0") == (0, 8)  # 0: the chain, as a row of the same run
     for bad, words in (
-        ("0,8", "size 0 is out of range"),
-        ("65,0", "sizes 0, 65 are out of range"),
+        ("-1,8", "size -1 is out of range"),
+        ("65,-2", "sizes -2, 65 are out of range"),
         ("4,,8", "is not a list of numbers"),
         ("4-8", "is not a list of numbers"),
     ):
         with pytest.raises(UsageError) as info:
             parse_sweep_tree(bad)
         assert words in info.value.message and info.value.hint is None
-        assert "like 4,8,16,32 (each 1 to 64)" in info.value.message
+        assert "like 4,8,16,32 (each 1 to 64; 0 adds the chain)" in info.value.message
 
 
 def run_with(strategy, tree=0, sweep_tree=None, drafted=20, depth=2, rounds=5):
@@ -347,3 +348,6 @@ def test_a_tree_sweep_row_runs_the_whole_tree_at_the_settings_depth(monkeypatch)
     assert (run.tree, run.tree_width, run.sweep_tree, run.label) == (8, 3, 8, "draft tree 8")
     plain = b.measure(Pair(), prompt, [1], "none", b.BenchSettings(resolve_settings(tree=8)), 0)
     assert plain.tree == 0 and plain.to_dict()["tree"] == 0  # none drafts no tree
+    chain = b.measure(Pair(), prompt, [1], "draft", b.BenchSettings(resolve_settings(tree=8)), 0, tree=0)
+    assert (got[-1].tree, got[-1].fixed_k) == (0, False)  # the sweep's chain row keeps the per-round k
+    assert (chain.tree, chain.sweep_tree, chain.label) == (0, 0, "draft chain")

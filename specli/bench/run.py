@@ -147,7 +147,7 @@ class Measurement:
         """How reports name the run's variant: the strategy, with its k in a k sweep ("draft k=4") or its
         tree size in a tree sweep ("draft tree 8")."""
         if self.sweep_tree is not None:
-            return f"{self.strategy} tree {self.sweep_tree}"
+            return f"{self.strategy} tree {self.sweep_tree}" if self.sweep_tree else f"{self.strategy} chain"
         if self.num_draft_tokens is None or self.strategy == BASELINE:
             return self.strategy
         return f"{self.strategy} k={self.num_draft_tokens}"
@@ -200,8 +200,10 @@ def measure(
     settings = bench.for_strategy(strategy).replace(seed=bench.base_seed + repeat)
     if k is not None:  # a sweep measures each k as such: every round drafts k
         settings = settings.replace(num_draft_tokens=k, fixed_k=True)
-    if tree is not None:  # a tree sweep: every round the whole tree at full depth
+    if tree:  # a tree sweep: every round the whole tree at full depth
         settings = settings.replace(tree=tree, fixed_k=True)
+    elif tree == 0:  # the sweep's chain row: the run's own k settings, without a tree
+        settings = settings.replace(tree=0)
     from specli.models.cached_lm import synchronize
     from specli.models.static_cache import compiled_graphs
 

@@ -102,7 +102,8 @@ def bench(
             help="Also run every strategy that drafts trees (draft, lookup, eagle) with a token tree of each "
             "size: a list of node counts '4,8,16,32' (1 to 64). One more row per size, e.g. 'draft tree 8', "
             "every round the whole tree at depth k (--fixed-k); its nodes/round, and α by position as α by "
-            "depth. self (chains only) gets no such rows.",
+            "depth. 0 adds the chain as a row of the same run ('draft chain'). self (chains only) gets no "
+            "such rows.",
             metavar="N,N,...",
         ),
     ] = None,
@@ -379,14 +380,14 @@ def parse_sweep(text: str) -> tuple[int, ...]:
 
 
 def parse_sweep_tree(text: str) -> tuple[int, ...]:
-    """'4,8,16,32' -> (4, 8, 16, 32): tree sizes (nodes a round), each 1..MAX_TREE_NODES, sorted, once
-    each. A one-line UsageError otherwise."""
-    fix = f"give a list of tree sizes like 4,8,16,32 (each 1 to {MAX_TREE_NODES})"
+    """'0,4,8,16,32' -> (0, 4, 8, 16, 32): tree sizes (nodes a round), each 0..MAX_TREE_NODES (0: a chain
+    row, beside the trees in the same run), sorted, once each. A one-line UsageError otherwise."""
+    fix = f"give a list of tree sizes like 4,8,16,32 (each 1 to {MAX_TREE_NODES}; 0 adds the chain)"
     try:
         sizes = tuple(int(part) for part in text.split(","))
     except ValueError:
         raise UsageError(f"--sweep-tree '{text}' is not a list of numbers: {fix}.") from None
-    bad = sorted({n for n in sizes if not 1 <= n <= MAX_TREE_NODES})
+    bad = sorted({n for n in sizes if not 0 <= n <= MAX_TREE_NODES})
     if bad:
         named = ", ".join(str(n) for n in bad)
         sizes_are = f"size {named} is" if len(bad) == 1 else f"sizes {named} are"

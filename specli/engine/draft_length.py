@@ -50,7 +50,8 @@ PRIOR_WEIGHT = 8.0  # a position's estimate leans on the pooled one as if it wer
 DECAY = 0.98  # per observation: older rounds fade (acceptance and costs drift along a text)
 WARMUP_ROUNDS = 3  # rounds at the maximum k before the cost model decides
 EXPLORE_EVERY = 16  # rounds of one kind (tree or chain) before the other is tried again
-MODE_DECAY = 0.9  # per round of that kind: the tokens-per-second estimates follow recent rounds
+MODE_DECAY = 0.98  # per round of that kind: a long average (a round's tokens vary with the text, and
+# a short one flips to trees on a stretch where chains happened to do badly)
 TREE_PRIOR_WEIGHT = 2.0  # a score bin's prior (the score itself) counts as this many verified nodes
 TREE_DECAY = 0.995  # per tree round: a round verifies many nodes, so the bins forget more slowly
 TREE_MIN_BIN = -16  # path probabilities below 2^-16 share one bin
