@@ -183,3 +183,31 @@ def test_the_real_model_tables_are_the_committed_reports():
         cells = [c.strip() for c in row.strip("|").split("|")]
         plain, lookup = cells[2], cells[3].split(" ")[0]
         assert f"| {cells[1]} | {plain} | {lookup} (" in readme, row
+
+
+def test_the_token_tree_tables_are_the_committed_reports():
+    """docs/performance.md's token-tree tables are what scripts/tree_tables.py prints from
+    docs/bench-trees/*.json, every table complete (catches a figure edited by hand or a rerun whose
+    reports were not committed)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tree_tables", ROOT / "scripts" / "tree_tables.py")
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    performance = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+    folder = ROOT / "docs" / "bench-trees"
+    rows = 0
+    for chain, tree, strategies in (
+        ("tiny-T0", "tiny-T0", ("draft", "eagle")),
+        ("tiny-T0.7", "tiny-T0.7", ("draft", "eagle")),
+        ("tiny-lookup", "tiny-lookup", ("lookup",)),
+        ("smollm2-chain-T0", "smollm2-tree-T0", ("draft", "eagle")),
+        ("smollm2-chain-T0.7", "smollm2-tree-T0.7", ("draft", "eagle")),
+        ("smollm2-lookup-chain", "smollm2-lookup-tree", ("lookup",)),
+    ):
+        table = tables.pair_table(folder, chain, tree, strategies)
+        assert not table.startswith("(missing"), table
+        for row in table.splitlines():
+            assert row in performance, row
+            rows += 1
+    assert rows > 6 * 5

