@@ -31,7 +31,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from specli.drafters.table import Model, Strategy, choices, entry, strategy_names
+from specli.drafters.table import Model, Strategy, choices, either, entry, strategy_names, tree_strategies
 from specli.errors import PresetError
 
 PRESET_SUFFIXES = (".yaml", ".yml")
@@ -73,20 +73,6 @@ class ModelSpec(_Spec):
 MAX_DRAFT_TOKENS = 64
 MAX_TREE_NODES = 64  # a token tree's nodes per round
 MAX_TREE_WIDTH = 8
-# Strategies that draft chains only, and why: a tree (`tree` > 0) with one of them is refused, in a preset
-# and in the settings (specli.settings.check_tree). Plain decoding ('none') drafts nothing: a tree is ignored.
-CHAINS_ONLY: dict[str, str] = {Strategy.SELF.value: "it drafts inside the target's own layers"}
-
-
-def tree_strategies() -> list[str]:
-    """The strategies that can draft token trees, in the table's order: those that draft, but not
-    `CHAINS_ONLY`."""
-    return [name for name in strategy_names() if entry(name).drafts and name not in CHAINS_ONLY]
-
-
-def either(names: list[str]) -> str:
-    """'a, b or c'."""
-    return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else "".join(names)
 
 
 class SpeculationSpec(_Spec):
@@ -182,7 +168,7 @@ class Preset(_Spec):
     @model_validator(mode="after")
     def _tree_needs_a_tree_strategy(self) -> Preset:
         """A token tree (`speculation.tree` > 0) only with a strategy that drafts trees."""
-        why = CHAINS_ONLY.get(self.strategy)
+        why = entry(self.strategy).chains_only
         if why is not None and self.speculation.tree > 0:
             raise PydanticCustomError(
                 "chains_only",

@@ -18,18 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from specli.drafters.table import Strategy, check_strategy, entry, strategy_names
+from specli.drafters.table import Strategy, check_strategy, check_tree, entry, strategy_names
 from specli.errors import UsageError
 from specli.presets import (
-    CHAINS_ONLY,
     MAX_DRAFT_TOKENS,
     MAX_TREE_NODES,
     MAX_TREE_WIDTH,
     GenerationSpec,
     Preset,
     SpeculationSpec,
-    either,
-    tree_strategies,
 )
 
 if TYPE_CHECKING:
@@ -148,16 +145,6 @@ class Settings:
         data = dataclasses.asdict(self)
         data["stop"] = list(self.stop)
         return data
-
-
-def check_tree(strategy: str, tree: int) -> None:
-    """A tree (tree > 0) only with a strategy that drafts trees: one line naming those that do."""
-    why = CHAINS_ONLY.get(strategy)
-    if why is not None and tree > 0:
-        raise UsageError(
-            f"strategy '{strategy}' drafts chains only ({why}); drop --tree, or use --strategy "
-            f"{either(tree_strategies())}."
-        )
 
 
 def resolve_settings(preset: Preset | None = None, **overrides: Any) -> Settings:

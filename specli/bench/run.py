@@ -233,17 +233,17 @@ def measure(
 def tree_sweep_skipped(strategies: Sequence[str]) -> list[str]:
     """Of `strategies`, those a tree sweep has no rows for: plain decoding and those that draft chains
     only (self)."""
-    from specli.presets import tree_strategies
+    from specli.drafters.table import tree_strategies
 
     return [s for s in strategies if s not in tree_strategies()]
 
 
 def tree_sweep_note(strategies: Sequence[str]) -> str | None:
     """One line naming the strategies a tree sweep makes no rows for, and why (None: it skips none)."""
-    from specli.presets import CHAINS_ONLY, either
+    from specli.drafters.table import either, entry
 
     why = [
-        f"{s} (it {'drafts chains only' if s in CHAINS_ONLY else 'is plain decoding'})"
+        f"{s} (it {'drafts chains only' if entry(s).chains_only else 'is plain decoding'})"
         for s in tree_sweep_skipped(strategies)
     ]
     return f"--sweep-tree makes no tree rows for {either(why)}." if why else None

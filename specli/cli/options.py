@@ -15,11 +15,11 @@ from typing import Annotated, Any
 import typer
 
 from specli.cli.prompt_input import check_text
-from specli.drafters.table import Model, Strategy, described, entry
+from specli.drafters.table import Model, Strategy, described, either, entry, tree_strategies
 from specli.errors import SpecliError, UsageError
 from specli.models import sources
 from specli.models.model_dirs import config_max_positions
-from specli.presets import MAX_TREE_NODES, MAX_TREE_WIDTH, Preset, either, resolve_preset, tree_strategies
+from specli.presets import MAX_TREE_NODES, MAX_TREE_WIDTH, Preset, resolve_preset
 from specli.settings import Settings, check_strategy, resolve_settings
 from specli.threads import AUTO, parse_threads
 

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from specli.engine.drafter import Drafter, Drafts, Proposal
-from specli.engine.sampling import SamplingConfig, process_logits
-from specli.engine.tree import TreeGrowth, grow_tree, path_to
+from specli.engine.sampling import SamplingConfig, ranking_distribution
+from specli.engine.tree import TreeGrowth, frontier_inputs, grow_tree
 from specli.errors import UsageError
 from specli.models.cached_lm import CachedLM, check_sliding_rollback
 from specli.models.sources import MASK_TOKEN_KEYS  # config keys naming a parallel drafter's mask token
@@ -186,22 +186,13 @@ class DraftModelDrafter(Drafter):
         slots: dict[int, int] = {}  # node -> its cache position
 
         def expand(frontier: list[int], growth: TreeGrowth) -> torch.Tensor:
-            start = length + len(slots)
-            visible = torch.zeros(len(frontier), start + len(frontier), dtype=torch.bool)  # [w, L + w]
-            visible[:, :length] = True
-            node_depths = []
-            for row, node in enumerate(frontier):
-                for ancestor in path_to(growth.parents, node)[:-1]:
-                    visible[row, slots[ancestor]] = True
-                visible[row, start + row] = True
-                slots[node] = start + row
-                node_depths.append(len(path_to(growth.parents, node)))
-            positions = torch.tensor(node_depths) + (length - 1)  # pending sits at length - 1
+            visible, positions = frontier_inputs(growth, frontier, slots, length)  # [w, L + w], [w]
             ids = torch.tensor([growth.tokens[node] for node in frontier])
             logits, _ = self.lm.forward_masked(ids, self._cache, positions, visible)  # [w, V_d]
-            return _probabilities(self._align(logits), sampling)  # [w, V]
+            return ranking_distribution(self._align(logits), sampling)  # [w, V]
 
-        tokens, parents, probs = grow_tree(_probabilities(first, sampling), expand, k, self.tree_width, size)
+        first = ranking_distribution(first, sampling)
+        tokens, parents, probs = grow_tree(first, expand, k, self.tree_width, size)
         self.lm.rewind(self._cache, len(slots))
         self._drafted = torch.tensor(tokens, dtype=torch.long)
         return Proposal(self._drafted, parents=parents, probs=probs, info={"tree": len(tokens)})
@@ -227,14 +218,6 @@ class DraftModelDrafter(Drafter):
             self._pending = drafted[kept:] + [token]
         self._drafted = self._drafted[:0]
         self._fed = None
-
-
-def _probabilities(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
-    """A drafter's distribution [.., V] for ranking tree nodes: its softmax (greedy) or processed as the
-    target's p will be (sampling), so that path probabilities estimate acceptance."""
-    if sampling.greedy:
-        return torch.softmax(logits.float(), -1)
-    return process_logits(logits, sampling)
 
 
 def build(pair: Pair, settings: Settings, length: int) -> DraftModelDrafter:

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from specli.engine.drafter import Drafter, Drafts, Proposal
-from specli.engine.sampling import SamplingConfig, process_logits
-from specli.engine.tree import TreeGrowth, grow_tree, path_to
+from specli.engine.sampling import SamplingConfig, ranking_distribution
+from specli.engine.tree import TreeGrowth, frontier_inputs, grow_tree
 from specli.errors import UsageError
 from specli.models.eagle_head import EagleHead, HeadCache
 from specli.models.own_forward.core import LeanKV
@@ -136,16 +136,18 @@ class EagleDrafter(Drafter):
         return self._embed(ids).to(self.device, self.head.fc.weight.dtype)
 
     def _target_logits(self, draft_logits: torch.Tensor) -> torch.Tensor:
-        """Logits over the draft vocabulary [V_draft] -> over the target's [V_target] (-inf outside)."""
+        """Logits over the draft vocabulary [..., V_draft] -> over the target's [..., V_target] (-inf
+        outside)."""
         draft_logits = draft_logits.float()
+        lead = draft_logits.shape[:-1]
         if self._draft_ids is None:
             v = draft_logits.shape[-1]
             if v >= self._target_vocab:
-                return draft_logits[: self._target_vocab]
-            pad = draft_logits.new_full((self._target_vocab - v,), -float("inf"))
-            return torch.cat([draft_logits, pad])
-        full = draft_logits.new_full((self._target_vocab,), -float("inf"))
-        return full.index_copy(0, self._draft_ids, draft_logits)
+                return draft_logits[..., : self._target_vocab]
+            pad = draft_logits.new_full((*lead, self._target_vocab - v), -float("inf"))
+            return torch.cat([draft_logits, pad], -1)
+        full = draft_logits.new_full((*lead, self._target_vocab), -float("inf"))
+        return full.index_copy(-1, self._draft_ids, draft_logits)
 
     @torch.inference_mode()
     def propose(
@@ -183,12 +185,17 @@ class EagleDrafter(Drafter):
         return self._proposal(drafts)
 
     def _distribution(self, states: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
-        """Output states [n, H] -> the head's distributions over the target's vocabulary [n, V] (softmax
-        when greedy, processed as the target's p when sampling): what ranks tree nodes."""
-        logits = torch.stack(
-            [self._target_logits(row) for row in self.head.draft_logits(states, self._target_head)]
+        """Output states [n, H] -> the head's distributions over the target's vocabulary [n, V]: what
+        ranks tree nodes (`ranking_distribution`)."""
+        logits = self._target_logits(self.head.draft_logits(states, self._target_head))  # [n, V]
+        return ranking_distribution(logits, sampling)
+
+    def _described(self, **extra: Any) -> dict[str, Any]:
+        """This round's info: the head, the target layers it reads, its draft vocabulary (and `extra`)."""
+        self._info.update(
+            target_layers=list(self.feature_layers), draft_vocab=self.head.config.draft_vocab_size, **extra
         )
-        return torch.softmax(logits, -1) if sampling.greedy else process_logits(logits, sampling)
+        return self._info
 
     def _propose_tree(self, root: torch.Tensor, k: int, sampling: SamplingConfig, size: int) -> Proposal:
         """A token tree of depth <= k grown from the root state [1, H] (EAGLE-2): each depth ONE head step
@@ -200,20 +207,9 @@ class EagleDrafter(Drafter):
         slots: dict[int, int] = {}
 
         def expand(frontier: list[int], growth: TreeGrowth) -> torch.Tensor:
-            base = start + len(slots)
-            visible = torch.zeros(len(frontier), base + len(frontier), dtype=torch.bool)
-            visible[:, :start] = True
-            node_depths, hidden = [], []
-            for row, node in enumerate(frontier):
-                path = path_to(growth.parents, node)
-                for ancestor in path[:-1]:
-                    visible[row, slots[ancestor]] = True
-                visible[row, base + row] = True
-                slots[node] = base + row
-                node_depths.append(len(path))
-                parent = growth.parents[node]
-                hidden.append(root if parent < 0 else state_of[parent])
-            positions = torch.tensor(node_depths) + (start - 1)
+            visible, positions = frontier_inputs(growth, frontier, slots, start)  # [w, T + w], [w]
+            parents = [growth.parents[node] for node in frontier]
+            hidden = [root if parent < 0 else state_of[parent] for parent in parents]
             tokens = [growth.tokens[node] for node in frontier]
             states = self._step(self._embeddings(tokens), torch.cat(hidden), positions, visible)  # [w, H]
             for row, node in enumerate(frontier):
@@ -223,13 +219,9 @@ class EagleDrafter(Drafter):
         tokens, parents, probs = grow_tree(
             self._distribution(root, sampling)[0], expand, k, self.tree_width, size
         )
-        self._info.update(
-            target_layers=list(self.feature_layers),
-            draft_vocab=self.head.config.draft_vocab_size,
-            tree=len(tokens),
-        )
         self._drafted = tokens
-        return Proposal(torch.tensor(tokens, dtype=torch.long), info=self._info, parents=parents, probs=probs)
+        info = self._described(tree=len(tokens))
+        return Proposal(torch.tensor(tokens, dtype=torch.long), info=info, parents=parents, probs=probs)
 
     def _propose_parallel(
         self, states: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator | None
@@ -245,10 +237,7 @@ class EagleDrafter(Drafter):
         return self._proposal(drafts)
 
     def _proposal(self, drafts: Drafts) -> Proposal:
-        self._info.update(
-            target_layers=list(self.feature_layers), draft_vocab=self.head.config.draft_vocab_size
-        )
-        proposal = drafts.proposal(self._info)
+        proposal = drafts.proposal(self._described())
         self._drafted = proposal.ids.tolist()
         return proposal
 

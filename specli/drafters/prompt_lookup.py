@@ -116,15 +116,16 @@ class PromptLookupDrafter(Drafter):
             torch.tensor(self._drafted, dtype=torch.long), info=info, parents=parents, probs=probs
         )
 
-    def commit_tree(self, path: list[int], token: int) -> None:
-        self.commit(0, token, kept=[self._drafted[i] for i in path])
+    def commit(self, accepted: int, token: int) -> None:
+        self._commit(self._drafted[:accepted], token, bool(self._drafted) and accepted == len(self._drafted))
 
-    def commit(self, accepted: int, token: int, kept: list[int] | None = None) -> None:
-        if kept is None:  # a chain
-            kept = self._drafted[:accepted]
-            whole = bool(self._drafted) and accepted == len(self._drafted)
-        else:  # a tree: the path reached as deep as the tree went
-            whole = bool(kept) and len(kept) >= self._tree_depth
+    def commit_tree(self, path: list[int], token: int) -> None:
+        kept = [self._drafted[i] for i in path]
+        self._commit(kept, token, bool(kept) and len(kept) >= self._tree_depth)
+
+    def _commit(self, kept: list[int], token: int, whole: bool) -> None:
+        """The kept drafts and `token` enter the index; `whole`: the draft was kept as deep as it went
+        (the text is copying)."""
         self._index.extend(kept + [token])
         self.draft_state = "copying" if whole else "searching"
         self._drafted = []

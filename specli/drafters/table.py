@@ -68,7 +68,8 @@ class Entry:
     Capabilities: `model`, the weights it drafts with (loaded by `specli.load`, or on first use from the
     preset; None: no weights of its own); `target_layers`, it drafts with the target's own first layers
     (the target needs a supported architecture, and an exit layer inside it); `no_compile`, why --compile
-    cannot run it (None: it can); `default_k`, the most it drafts per round when neither the caller nor a
+    cannot run it (None: it can); `chains_only`, why it cannot draft token trees (None: it can);
+    `default_k`, the most it drafts per round when neither the caller nor a
     preset of its own names k (None: the preset's num_draft_tokens)."""
 
     module: str | None
@@ -76,6 +77,7 @@ class Entry:
     model: Model | None = None
     target_layers: bool = False
     no_compile: str | None = None
+    chains_only: str | None = None
     default_k: int | None = None
 
     @property
@@ -102,6 +104,7 @@ STRATEGY_TABLE: Mapping[str, Entry] = MappingProxyType(
             "the target's first layers draft",
             target_layers=True,
             no_compile="it runs the target's layers a slice at a time, outside the compiled forward",
+            chains_only="it drafts inside the target's own layers",
         ),
         Strategy.EAGLE: Entry(
             "specli.drafters.eagle", "an EAGLE head on the target's hidden states", model=Model.HEAD
@@ -133,17 +136,17 @@ def check_strategy(strategy: str) -> str:
 
 def choices() -> str:
     """The table's strategies as a sentence: "'draft', 'none', 'lookup', 'self' or 'eagle'"."""
-    return _either([f"'{name}'" for name in strategy_names()])
+    return either([f"'{name}'" for name in strategy_names()])
 
 
 def described() -> str:
     """Every strategy with its `about`, plain decoding last: "draft (a drafter model), ... or none (plain
     decoding)" (the --strategy help)."""
     names = sorted(strategy_names(), key=lambda name: not entry(name).drafts)
-    return _either([f"{name} ({entry(name).about})" if entry(name).about else name for name in names])
+    return either([f"{name} ({entry(name).about})" if entry(name).about else name for name in names])
 
 
-def _either(parts: list[str]) -> str:
+def either(parts: list[str]) -> str:
     """ "a, b or c"."""
     return ", ".join(parts[:-1]) + " or " + parts[-1] if len(parts) > 1 else "".join(parts)
 
@@ -158,3 +161,19 @@ def check_compile(strategy: str) -> None:
         f"--compile does not support strategy '{strategy}': {why}.",
         f"Use --strategy {', '.join(runs)} or none with --compile, or drop --compile.",
     )
+
+
+def tree_strategies() -> list[str]:
+    """The strategies that draft token trees, in the table's order: those that draft, less `chains_only`."""
+    return [name for name in strategy_names() if entry(name).drafts and entry(name).chains_only is None]
+
+
+def check_tree(strategy: str, tree: int) -> None:
+    """UsageError, one line, for a tree (tree > 0) with a strategy that drafts chains only (its entry's
+    `chains_only` says why); plain decoding ignores a tree."""
+    why = entry(strategy).chains_only
+    if why is not None and tree > 0:
+        raise UsageError(
+            f"strategy '{strategy}' drafts chains only ({why}); drop --tree, or use --strategy "
+            f"{either(tree_strategies())}."
+        )

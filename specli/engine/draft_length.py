@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from specli.engine.tree import best_nodes, depths, path_probabilities, path_to
+from specli.engine.tree import depths, path_probabilities, path_to, ranked_nodes
 
 if TYPE_CHECKING:
     from specli.engine.events import TreeRecord
@@ -117,6 +117,36 @@ class _Costs:
 
 
 @dataclass
+class TreeChoice:
+    """Tree rounds against chain rounds: the decayed committed tokens and draft + verify seconds of each
+    kind. A pair keeps one per settings across its generations (`Pair.stream`), so the warm-up is paid
+    once, not per prompt."""
+
+    modes: dict[bool, list[float]] = field(default_factory=dict)  # tree? -> [tokens, seconds, rounds]
+    since: dict[bool, int] = field(default_factory=lambda: {True: 0, False: 0})  # rounds since each kind
+
+    def use_tree(self) -> bool:
+        """WARMUP_ROUNDS of trees, then of chains; then the kind with the higher measured tokens per
+        second, the other one round in EXPLORE_EVERY."""
+        for tree in (True, False):
+            if self.modes.get(tree, [0.0, 0.0, 0])[2] < WARMUP_ROUNDS:
+                return tree
+        for tree in (True, False):
+            if self.since[not tree] >= EXPLORE_EVERY:
+                return not tree
+        rates = {tree: tokens / max(seconds, 1e-12) for tree, (tokens, seconds, _) in self.modes.items()}
+        return rates[True] > rates[False]
+
+    def observe(self, tree: bool, tokens: int, seconds: float) -> None:
+        entry = self.modes.setdefault(tree, [0.0, 0.0, 0])
+        entry[0] = entry[0] * MODE_DECAY + tokens
+        entry[1] = entry[1] * MODE_DECAY + seconds
+        entry[2] += 1
+        self.since[tree] = 0
+        self.since[not tree] += 1
+
+
+@dataclass
 class DraftLength:
     """Chooses each round's k; `observe` every round (engine-side, after verification).
 
@@ -133,7 +163,7 @@ class DraftLength:
     _rounds: int = 0
     _tree_bins: dict[int, list[float]] = field(default_factory=dict)  # score bin -> [accepted, seen], decayed
     _tree_rounds: int = 0
-    trees: TreeChoice = field(default_factory=lambda: TreeChoice())
+    trees: TreeChoice = field(default_factory=TreeChoice)  # tree against chain rounds, measured
 
     def __post_init__(self) -> None:
         if self.max_k < 1:
@@ -218,18 +248,27 @@ class DraftLength:
         scores = path_probabilities(parents, probs)
         worth = [self.node_acceptance(score) for score in scores]
         intercept, slope = self._costs.verify_line()
-        candidates = {tuple(best_nodes(parents, scores, size)) for size in range(1, n + 1)}
-        by_depth: dict[int, int] = {}
+
+        def rate(size: int, value: float) -> float:
+            return (1.0 + value) / max(draft_time + intercept + slope * (size + 1), 1e-12)
+
+        # the best n nodes for every n: the prefixes of one ranking, valued by a running sum
+        ranked = ranked_nodes(parents, scores)
+        best, best_rate, value = ranked, -1.0, 0.0
+        for size, node in enumerate(ranked, 1):
+            value += worth[node]
+            if rate(size, value) > best_rate:  # strictly: the smaller wins a tie
+                best, best_rate = ranked[:size], rate(size, value)
+        by_depth: dict[int, int] = {}  # and the best chain of every depth
         for node, depth in enumerate(depths(parents)):
             if depth not in by_depth or scores[node] > scores[by_depth[depth]]:
                 by_depth[depth] = node
-        candidates |= {tuple(sorted(path_to(parents, node))) for node in by_depth.values()}
-
-        def rate(nodes: tuple[int, ...]) -> float:
-            expected = 1.0 + sum(worth[i] for i in nodes)
-            return expected / max(draft_time + intercept + slope * (len(nodes) + 1), 1e-12)
-
-        return list(max(candidates, key=lambda nodes: (rate(nodes), -len(nodes))))
+        for node in by_depth.values():
+            chain = path_to(parents, node)
+            chain_rate = rate(len(chain), sum(worth[i] for i in chain))
+            if chain_rate > best_rate or (chain_rate == best_rate and len(chain) < len(best)):
+                best, best_rate = chain, chain_rate
+        return sorted(best)
 
     def observe_tree(self, tree: TreeRecord) -> None:
         """A verified tree round: each node's score bin learns whether it ended on the accepted path."""
@@ -270,33 +309,3 @@ def _score_bin(score: float) -> int:
     if score <= 0:
         return TREE_MIN_BIN
     return max(TREE_MIN_BIN, min(-1, math.floor(math.log2(score))))
-
-
-@dataclass
-class TreeChoice:
-    """Tree rounds against chain rounds: the decayed committed tokens and draft + verify seconds of each
-    kind. A pair keeps one per settings across its generations (`Pair.stream`), so the warm-up is paid
-    once, not per prompt."""
-
-    modes: dict[bool, list[float]] = field(default_factory=dict)  # tree? -> [tokens, seconds, rounds]
-    since: dict[bool, int] = field(default_factory=lambda: {True: 0, False: 0})  # rounds since each kind
-
-    def use_tree(self) -> bool:
-        """WARMUP_ROUNDS of trees, then of chains; then the kind with the higher measured tokens per
-        second, the other one round in EXPLORE_EVERY."""
-        for tree in (True, False):
-            if self.modes.get(tree, [0.0, 0.0, 0])[2] < WARMUP_ROUNDS:
-                return tree
-        for tree in (True, False):
-            if self.since[not tree] >= EXPLORE_EVERY:
-                return not tree
-        rates = {tree: tokens / max(seconds, 1e-12) for tree, (tokens, seconds, _) in self.modes.items()}
-        return rates[True] > rates[False]
-
-    def observe(self, tree: bool, tokens: int, seconds: float) -> None:
-        entry = self.modes.setdefault(tree, [0.0, 0.0, 0])
-        entry[0] = entry[0] * MODE_DECAY + tokens
-        entry[1] = entry[1] * MODE_DECAY + seconds
-        entry[2] += 1
-        self.since[tree] = 0
-        self.since[not tree] += 1

@@ -15,6 +15,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from specli.engine.counters import SpecCounters
+from specli.engine.tree import depths as tree_depths
 
 if TYPE_CHECKING:  # events stay importable without torch
     from specli.engine.verify import Verdict
@@ -62,10 +63,7 @@ class TreeRecord:
     @property
     def depths(self) -> list[int]:
         """Each node's depth (1: a child of the root)."""
-        out: list[int] = []
-        for parent in self.parents:
-            out.append(1 if parent < 0 else out[parent] + 1)
-        return out
+        return tree_depths(self.parents)
 
     @property
     def depth(self) -> int:

@@ -72,9 +72,8 @@ def generate_rounds(
     limit = min(config.max_new_tokens, (max_positions or 1 << 62) - len(prompt_ids))
     length = None
     if drafter is not None:
-        length = DraftLength(config.num_draft_tokens, fixed=config.fixed_k, parallel=drafter.parallel)
-        if trees is not None:
-            length.trees = trees
+        trees = trees if trees is not None else TreeChoice()
+        length = DraftLength(config.num_draft_tokens, config.fixed_k, drafter.parallel, trees=trees)
 
     for index in range(config.max_new_tokens):
         budget = limit - len(generated)  # tokens this generation may still commit

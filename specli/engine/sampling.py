@@ -72,6 +72,15 @@ def choose(
     return sample(q, generator)[None], q  # [1], [V]
 
 
+def ranking_distribution(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
+    """A drafter's distribution [..., V] for ranking token-tree nodes, whose children are its top tokens
+    rather than draws: its softmax when greedy, else processed as the target's p will be, so that path
+    probabilities estimate acceptance."""
+    if cfg.greedy:
+        return torch.softmax(logits.float(), -1)
+    return process_logits(logits, cfg)
+
+
 def confident(logits: torch.Tensor, p_min: float) -> bool:
     """Whether the top probability of softmax(logits [V]) is at least p_min (always, for p_min <= 0): a
     drafter's confidence in its next token, at temperature 1. One host sync when p_min > 0."""

@@ -7,6 +7,9 @@ node i's parent, -1 for the root. Children of one parent appear in the order ver
 (most likely first). In a verify forward the root is input row 0 and node i is row i + 1.
 
 A chain of k drafts is the tree whose parents are [-1, 0, 1, .., k-2].
+
+Importable without torch (the draft-length controller and the events are pure Python): only
+`ancestor_mask` builds a tensor, and `grow_tree` calls methods of the ones it is given.
 """
 
 from __future__ import annotations
@@ -14,8 +17,10 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 ROOT = -1
 
@@ -60,6 +65,8 @@ def path_to(parents: Sequence[int], node: int) -> list[int]:
 def ancestor_mask(parents: Sequence[int], device: torch.device | None = None) -> torch.Tensor:
     """[N+1, N+1] bool over verify rows (root first): row r may see row c iff c is r or an ancestor of r
     (every row sees the root)."""
+    import torch
+
     n = len(parents) + 1
     mask = torch.zeros(n, n, dtype=torch.bool)
     mask[:, 0] = True
@@ -79,17 +86,23 @@ def path_probabilities(parents: Sequence[int], probs: Sequence[float]) -> list[f
     return out
 
 
-def best_nodes(parents: Sequence[int], scores: Sequence[float], n: int) -> list[int]:
-    """The n nodes of highest score (ties: the earlier node), closed under ancestors: a node enters only
-    with its ancestors, which a path probability never ranks below it. Returned in node order."""
-    chosen: set[int] = set()
+def ranked_nodes(parents: Sequence[int], scores: Sequence[float]) -> list[int]:
+    """Every node, best first (highest score; ties: the earlier node), each preceded by its ancestors:
+    every prefix is closed under ancestors. With path probabilities, which never rank a node above its
+    ancestors, this is the plain ranking."""
+    order: list[int] = []
+    seen: set[int] = set()
     for node in sorted(range(len(parents)), key=lambda i: (-scores[i], i)):
-        if len(chosen) >= n:
-            break
-        missing = [a for a in path_to(parents, node) if a not in chosen]
-        if len(chosen) + len(missing) <= n:
-            chosen.update(missing)
-    return sorted(chosen)
+        for ancestor in path_to(parents, node):
+            if ancestor not in seen:
+                seen.add(ancestor)
+                order.append(ancestor)
+    return order
+
+
+def best_nodes(parents: Sequence[int], scores: Sequence[float], n: int) -> list[int]:
+    """The n best nodes of `ranked_nodes` (closed under ancestors), in node order."""
+    return sorted(ranked_nodes(parents, scores)[:n])
 
 
 def subtree(parents: Sequence[int], keep: Sequence[int]) -> list[int]:
@@ -135,6 +148,30 @@ class TreeGrowth:
     def select(self, n: int) -> list[int]:
         """The n best nodes (see `best_nodes`), ascending."""
         return best_nodes(self.parents, self.scores, n)
+
+
+def frontier_inputs(
+    growth: TreeGrowth, frontier: list[int], slots: dict[int, int], prefix: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One depth's drafter forward over `frontier`, after a cache holding `prefix` positions of
+    committed context (the pending token last) and then the tree nodes run at earlier depths (`slots`:
+    node -> its cache position; the frontier's are added here, after them) -> (visible [w, prefix +
+    len(slots)]: each node sees the context, its ancestors' slots and itself; positions [w]: pending's
+    position + depth)."""
+    import torch
+
+    start = prefix + len(slots)
+    visible = torch.zeros(len(frontier), start + len(frontier), dtype=torch.bool)  # [w, L + w]
+    visible[:, :prefix] = True
+    node_depths = []
+    for row, node in enumerate(frontier):
+        path = path_to(growth.parents, node)
+        for ancestor in path[:-1]:
+            visible[row, slots[ancestor]] = True
+        slots[node] = start + row
+        visible[row, start + row] = True
+        node_depths.append(len(path))
+    return visible, torch.tensor(node_depths) + (prefix - 1)
 
 
 def grow_tree(

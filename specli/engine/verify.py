@@ -192,7 +192,8 @@ def _tree_verdict(
     uniforms: list[float],
 ) -> Verdict:
     """A tree round's Verdict: per-node lists reordered path first (drafted[:accepted] is kept)."""
-    order = path + [i for i in range(len(tokens)) if i not in set(path)]
+    on_path = set(path)
+    order = path + [i for i in range(len(tokens)) if i not in on_path]
 
     def ordered(values: Sequence[float]) -> list[float]:
         return [values[i] for i in order] if values else []
