@@ -8,6 +8,9 @@
 #   bash scripts/llama_cpp.sh bench-real smollm2-135m|gemma3-270m [specli bench options]
 #                                     # a real model's preset beside llama-server plain and with n-gram
 #                                     # drafting, both serving the very GGUF file the preset dequantizes
+#   bash scripts/llama_cpp.sh bench-engine smollm2-135m|gemma3-270m [specli bench options]
+#                                     # specli's llama.cpp engine (plain, lookup; SmolLM2: its draft model
+#                                     # as a GGUF) beside llama-server plain, n-gram and -md, same files
 #   bash scripts/llama_cpp.sh bench-drafters [specli bench options]
 #                                     # SmolLM2 with its trained draft model and EAGLE-3 head, beside
 #                                     # llama-server plain, -md (both converted to GGUF) and n-gram
@@ -127,12 +130,33 @@ print(folder_for(Path(sys.argv[1]), "package:smollm2-135m", weights=False))' "$f
   specli bench --preset smollm2-135m --strategy draft --strategy eagle "${ENDPOINTS[@]}" --threads "$THREADS" "$@"
 }
 
+bench_engine() {  # $1: smollm2-135m|gemma3-270m: specli's llama.cpp engine beside llama-server, one file
+  # specli --engine llama.cpp runs the package's GGUF itself (plain, lookup; SmolLM2 also its trained
+  # draft model, converted to a GGUF that llama-server's -md serves too); llama-server plain, n-gram
+  # (specli lookup's n-gram 3, k 16) and, for SmolLM2, -md that same drafter file.
+  local model=$1; shift
+  local file drafter=() specli_draft=()
+  file=$("$PY" -c 'import sys; from specli.models.packaged import packaged_gguf; print(packaged_gguf(sys.argv[1]))' "$model")
+  if [ "$model" = smollm2-135m ]; then
+    "$PY" "$SRC/convert_hf_to_gguf.py" "$ROOT/specli/embedded/smollm2-135m-draft" --outtype f16 \
+      --outfile "$GGUF/smollm2-135m-draft.gguf"
+    drafter=("draft:--jinja -md $GGUF/smollm2-135m-draft.gguf --spec-type draft-simple --spec-draft-n-max 4")
+    specli_draft=(--strategy draft --draft "$GGUF/smollm2-135m-draft.gguf")
+  fi
+  start_servers "$file" 4096 "plain:--jinja" \
+    "ngram:--jinja --spec-type ngram-simple --spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 16" \
+    "${drafter[@]}"
+  specli bench --preset "$model" --engine llama.cpp --strategy none --strategy lookup "${specli_draft[@]}" \
+    "${ENDPOINTS[@]}" --threads "$THREADS" "$@"
+}
+
 case "${1:-}" in
   build) build ;;
   serve) shift; serve -md "$GGUF/tiny-draft.gguf" --spec-type draft-simple --spec-draft-n-max 4 "$@" ;;
   bench) shift; bench "$@" ;;
   bench-real) shift; bench_real "$@" ;;
   bench-drafters) shift; bench_drafters "$@" ;;
+  bench-engine) shift; bench_engine "$@" ;;
   *) echo "usage: bash scripts/llama_cpp.sh build|serve|bench|bench-real MODEL|bench-drafters [specli bench options]" >&2
      exit 2 ;;
 esac

@@ -28,6 +28,7 @@ from specli.models import head_formats, loading, plan
 from specli.models.cached_lm import CachedLM
 from specli.models.eagle_head import EagleHead
 from specli.models.layer_stack import check_architecture
+from specli.models.llama_cpp import engines
 from specli.models.placement import Placement
 from specli.models.plan import ModelToLoad
 from specli.pair import Pair
@@ -84,6 +85,7 @@ def load(
     lean: bool = True,
     tree: int | None = None,
     tree_width: int | None = None,
+    engine: str | None = None,
 ) -> Pair:
     """Load a pair from a preset (name, path or Preset) and/or explicit models; explicit arguments win.
 
@@ -120,15 +122,36 @@ def load(
     drafts trees of up to that many nodes a round, tree_width nodes expanded per depth; every generation
     uses them unless it overrides them (`pair.generate(..., tree=0)`). Checked before any weights load:
     a value out of range, or a tree with a strategy that drafts chains only (self), is a UsageError.
+
+    `engine` (None: the preset's, else "auto"): "torch" evaluates the models with transformers;
+    "llama.cpp" with llama.cpp, on the GGUF file itself in its own quantization (strategies none,
+    lookup and draft; a drafter that is no GGUF is written as one once into specli's cache; needs
+    llama-cpp-python); "auto" picks llama.cpp for a GGUF target when it is installed, every strategy
+    runs on it and neither dtype nor quant was asked for, else torch (docs/design.md §16).
+    `pair.engine` says which ran.
     """
     spec = preset_for(preset, target=target, draft=draft, strategy=strategy)
     wanted = _sources(spec, target=target, draft=draft, strategy=strategy, dtype=dtype, quant=quant)
+    chosen = choose_engine(
+        engine,
+        spec,
+        wanted.models[0].name,
+        wanted.strategies,
+        dtype=dtype,
+        quant=quant,
+        compile=compile,
+        device=device,
+    )
     trees = {name: value for name, value in (("tree", tree), ("tree_width", tree_width)) if value is not None}
     if trees:  # their ranges, and a strategy that drafts them, before any weights load
         resolve_settings(spec, strategy=wanted.strategies[0], **trees)
     if compile:
         for name in wanted.strategies:  # before any weights load
             check_compile(name)
+    if chosen == engines.LLAMA:
+        return _load_llama(
+            spec, wanted, _Fetcher(allow_pickle, trust_remote_code, download_bars), threads, progress, trees
+        )
     dev = loading.resolve_device(device)
     probe = BusyProbe()  # what other processes use while we load decides threads="auto"
     fetcher = _Fetcher(allow_pickle, trust_remote_code, download_bars)
@@ -159,6 +182,81 @@ def load(
     k = pair.parallel_draft_tokens()
     if draft is not None and k is not None:  # a drafter the preset did not pick brings its own k
         pair.speculation = pair.speculation.model_copy(update={"num_draft_tokens": k})
+    if trees:
+        pair.speculation = pair.speculation.model_copy(update=trees)
+    return pair
+
+
+def choose_engine(
+    engine: str | None,
+    spec: Preset | None,
+    target: str,
+    strategies: Sequence[str],
+    *,
+    dtype: str | None = None,
+    quant: str | None = None,
+    compile: bool = False,
+    device: str = "auto",
+) -> str:
+    """The engine `load` uses (`engines.choose`): `engine`, else the preset's, else auto; auto keeps
+    torch when a dtype, a bitsandbytes quantization, --compile or a GPU was asked for (transformers'
+    knobs). llama.cpp asked outright with one of those: UsageError."""
+    asked = engines.check_engine(engine or (spec.engine if spec else engines.AUTO))
+    torch_only = [
+        name
+        for name, given in (
+            ("--dtype", dtype not in (None, "auto")),
+            ("--quant", quant not in (None, "none")),
+            ("--compile", compile),
+            ("--device", device.strip().lower() not in ("auto", "cpu")),
+        )
+        if given
+    ]
+    if torch_only and asked == engines.AUTO:
+        return engines.TORCH
+    if torch_only and asked == engines.LLAMA:
+        raise UsageError(
+            f"{', '.join(torch_only)} {'is' if len(torch_only) == 1 else 'are'} for the torch engine; "
+            "llama.cpp runs the GGUF in its own quantization on the CPU.",
+            "Drop them, or use --engine torch.",
+        )
+    from specli.models.llama_cpp.library import available
+    from specli.models.llama_cpp.load import is_gguf
+
+    return engines.choose(asked, gguf_target=is_gguf(target), strategies=strategies, installed=available())
+
+
+def _load_llama(
+    spec: Preset | None,
+    wanted: _Wanted,
+    fetcher: _Fetcher,
+    threads: int | str | None,
+    progress: bool,
+    trees: dict[str, int],
+) -> Pair:
+    """`load` on the llama.cpp engine: configs and tokenizers as for torch (the GGUF's metadata, read
+    into specli's cache without weights), the same tokenizer check for a drafter, then llama.cpp models
+    of the files themselves."""
+    from specli.models.llama_cpp import load as llama_load
+
+    probe = BusyProbe()
+    with _progress_bars(progress, hub=fetcher.download_bars is None):
+        models, tokenizer, _ = _fetch_and_check(replace(wanted, head=None), fetcher)
+    apply_threads(threads, probe)
+    target_model = llama_load.load_model(models[0].name, models[0].folder)
+    draft_model = llama_load.load_model(models[1].name, models[1].folder) if len(models) > 1 else None
+    pair = Pair(
+        target_model,
+        tokenizer,
+        draft_model,
+        strategy=wanted.strategies[0],
+        target_name=models[0].name,
+        draft_name=models[1].name if draft_model is not None else None,
+        generation=spec.generation if spec else None,
+        speculation=preset_speculation(spec) if spec else None,
+    )
+    if spec is not None:
+        pair.later = _Later(spec, models[0], fetcher, None, progress)
     if trees:
         pair.speculation = pair.speculation.model_copy(update=trees)
     return pair
@@ -374,12 +472,18 @@ class _Later:
         if named is None:
             return False
         model = ModelToLoad(named.model, dtype=self.dtype or named.dtype, quant=named.quantization)
-        device = CachedLM(pair.target_model).output_device
+        llama = pair.engine == engines.LLAMA
+        device = pair.target.output_device if llama else CachedLM(pair.target_model).output_device
         with _progress_bars(self.progress, hub=self.fetcher.download_bars is None):
             model = replace(model, folder=self.fetcher.folder(model))
             head_formats.refuse_head_as_model(model.folder, model.name)
             tokenizer = self.fetcher.tokenizer(model)
             loading.check_tokenizers(pair.tokenizer, tokenizer, pair.target_name, model.name)
+            if llama:  # the drafter's GGUF (or specli's GGUF of it), mapped beside the target's
+                from specli.models.llama_cpp import load as llama_load
+
+                pair.attach(model.name, draft_model=llama_load.load_model(model.name, model.folder))
+                return True
             needs = plan.estimate_needs([model], device, self.fetcher.trust_remote_code)
             plan.check_addition(needs or [], device, "specli.load(..., strategy='draft')")
             pair.attach(model.name, draft_model=_model_weights(model, device, self.fetcher, device=device))

@@ -23,6 +23,8 @@ from specli.models import loading
 from specli.models.cached_lm import CachedLM, synchronize
 from specli.models.eagle_head import EagleHead
 from specli.models.layer_stack import check_layer_stack
+from specli.models.llama_cpp import engines
+from specli.models.llama_cpp.lm import LlamaLM, LlamaModel
 from specli.models.own_forward.decoder import LeanDecoder
 from specli.models.own_forward.head import LeanHead
 from specli.models.placement import Placement
@@ -63,6 +65,7 @@ class GenerationStats(Stats):
     notes: what the run did not show (specli.notes)."""
 
     strategy: str = ""
+    engine: str = "torch"
     num_draft_tokens: int = 0
     fixed_k: bool = False
     draft_p_min: float = 0.0
@@ -82,6 +85,7 @@ class GenerationStats(Stats):
 
         return cls(
             strategy=settings.strategy,
+            engine=pair.engine,
             num_draft_tokens=settings.num_draft_tokens,
             fixed_k=settings.fixed_k,
             draft_p_min=settings.draft_p_min,
@@ -100,6 +104,7 @@ class GenerationStats(Stats):
         data = super().to_dict()
         data.update(
             strategy=self.strategy,
+            engine=self.engine,
             num_draft_tokens=self.num_draft_tokens,
             fixed_k=self.fixed_k,
             draft_p_min=self.draft_p_min,
@@ -186,6 +191,11 @@ class Pair:
         self.eos_ids = loading.eos_token_ids(target_model, tokenizer)
         self.max_positions = loading.model_max_positions(target_model)
         self.draft_max_positions = loading.model_max_positions(draft_model) if draft_model else None
+        self.engine = engines.LLAMA if isinstance(target_model, LlamaModel) else engines.TORCH
+        if self.engine == engines.LLAMA:
+            engines.check_strategies([self.strategy])
+            if compile:
+                raise UsageError("--compile is for the torch engine.", "Drop it, or use --engine torch.")
         self.target = _cached_lm(target_model, target_name, self.max_positions, compile)
         self.draft = (
             _cached_lm(draft_model, draft_name or "the drafter", self.draft_max_positions, compile)
@@ -199,7 +209,10 @@ class Pair:
             parts.append(f"draft={self.draft_name!r}")
         if self.head_name is not None:
             parts.append(f"head={self.head_name!r}")
-        parts += [f"strategy={self.strategy!r}", f"device={self.target.device}"]
+        parts.append(f"strategy={self.strategy!r}")
+        if self.engine != engines.TORCH:
+            parts.append(f"engine={self.engine!r}")
+        parts.append(f"device={self.target.device}")
         return f"Pair({', '.join(parts)})"
 
     # --- text <-> ids -------------------------------------------------------------------------
@@ -242,6 +255,8 @@ class Pair:
         """What only the loaded models can tell: the weights the strategy drafts with (the strategy
         table's `model`); for one drafting with the target's own layers ('self'), a supported target and
         an exit layer inside it. Fills exit_layer whenever the target can self-speculate."""
+        if self.engine == engines.LLAMA:
+            engines.check_strategies([settings.strategy])
         self._load_missing(settings.strategy)
         if self.compile:
             check_compile(settings.strategy)
@@ -336,6 +351,22 @@ class Pair:
                 )
         return drafter
 
+    def describe_engine(self) -> str:
+        """The engine and what it runs, for a header line: "torch" or "llama.cpp (llama 135M Q4_1, 2
+        threads)"."""
+        if self.engine != engines.LLAMA:
+            return self.engine
+        import torch
+
+        return f"{self.engine} ({self.target_model.describe()}, {torch.get_num_threads()} threads)"
+
+    @property
+    def weights_dtype(self) -> str:
+        """What the target's weights are stored as: a torch dtype, or the GGUF's type (llama.cpp)."""
+        if self.engine == engines.LLAMA:
+            return self.target_model.describe().rsplit(" ", 1)[-1]
+        return str(next(self.target_model.parameters()).dtype).replace("torch.", "")
+
     def lean_step(self, model: Any) -> tuple[LeanDecoder | LeanHead | None, str | None]:
         """(specli's lean forward of the draft model or EAGLE head, None), built once per model, or
         (None, why it steps through its own forward): lean off, or a model the lean forward does not
@@ -343,6 +374,8 @@ class Pair:
         model on CPU); only the target's forwards are compiled then."""
         if not self.lean:
             return None, "lean steps are off"
+        if isinstance(model, LlamaModel):
+            return None, "llama.cpp evaluates it"
         if id(model) not in self._lean_steps:  # a head is specli's own module: no probe needed
             built = (LeanHead(model), None) if isinstance(model, EagleHead) else LeanDecoder.build(model)
             self._lean_steps[id(model)] = built
@@ -437,8 +470,9 @@ class Pair:
         block = max(k, settings.tree, settings.tree_width * k) if settings.tree else k
         wanted = prompt_length + settings.max_new_tokens + block + 1
         for lm, limit in ((self.target, self.max_positions), (self.draft, self.draft_max_positions)):
-            if lm is not None and lm.static:
+            if lm is not None and (lm.static or isinstance(lm, LlamaLM)):  # a llama.cpp context's size
                 lm.reserve(min(wanted, limit + block + 2) if limit else wanted)
+            if lm is not None and lm.static:
                 lm.compiled_tokens = k + 1
 
     def warm_up(
@@ -537,7 +571,10 @@ class Pair:
 def _cached_lm(model: Any, name: str, max_positions: int | None, compile: bool) -> CachedLM:
     """The model driven one forward at a time: over dynamic caches, or (compile) over one static cache
     of min(context + 1, STATIC_DEFAULT_LENGTH) positions to start, grown when a generation needs more,
-    with compiled forwards. UsageError naming the model when it cannot have a static cache."""
+    with compiled forwards. UsageError naming the model when it cannot have a static cache. A llama.cpp
+    model: its `LlamaLM`."""
+    if isinstance(model, LlamaModel):
+        return LlamaLM(model)
     if not compile:
         return CachedLM(model)
     problem = static_cache_problem(model)

@@ -37,7 +37,7 @@ RUN_KEYS = {
     "prompt_id", "category", "strategy", "repeat", "tokens", "rounds", "drafted", "accepted", "rejections",
     "elapsed_s", "draft_time_s", "verify_time_s", "position_drafted", "position_accepted", "output_tokens",
     "num_draft_tokens", "position_judged", "prefill_time_s", "compiled", "tree", "tree_width",
-    "nodes_per_round",
+    "nodes_per_round", "engine",
 }  # fmt: skip
 
 

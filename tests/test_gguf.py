@@ -71,7 +71,7 @@ def test_a_gguf_file_generates_what_transformers_generates_from_it(files, arch, 
     ids = prompt_ids(path)
     expected = reference(path, ids)
     assert len(set(expected)) > 2, expected  # a test that could tell outputs apart
-    pair = specli.load(target=str(path), strategy=["none", "lookup"], device="cpu")
+    pair = specli.load(target=str(path), strategy=["none", "lookup"], device="cpu", engine="torch")
     for strategy in ("none", "lookup"):
         result = pair.generate(prompt_ids=ids, strategy=strategy, max_new_tokens=TOKENS)
         assert result.token_ids == expected, strategy
@@ -87,7 +87,7 @@ def test_a_gguf_drafter_drafts_for_a_gguf_target(files):
     """--draft takes a GGUF too (another architecture, the same tokenizer): lossless, drafts accepted."""
     target, drafter = files["llama"], files["qwen2"]
     ids = prompt_ids(target)
-    pair = specli.load(target=str(target), draft=str(drafter), strategy="draft", device="cpu")
+    pair = specli.load(target=str(target), draft=str(drafter), strategy="draft", device="cpu", engine="torch")
     result = pair.generate(prompt_ids=ids, max_new_tokens=TOKENS, num_draft_tokens=3)
     assert result.token_ids == reference(target, ids)
     assert result.stats.drafted > 0
@@ -173,7 +173,7 @@ def test_an_ollama_model_loads_from_the_store(files, tmp_path, monkeypatch):
         folder == loading.resolve_source("ollama:tiny:latest") == loading.resolve_source(str(files["llama"]))
     )
     ids = prompt_ids(files["qwen2"])
-    pair = specli.load(target="ollama:other:q8", device="cpu")
+    pair = specli.load(target="ollama:other:q8", device="cpu", engine="torch")
     assert pair.generate(prompt_ids=ids, max_new_tokens=TOKENS).token_ids == reference(files["qwen2"], ids)
     with pytest.raises(ModelNotFoundError) as err:
         loading.resolve_source("ollama:absent")
@@ -195,7 +195,7 @@ def test_a_hub_gguf_loads_from_the_hub_cache_offline(files, tmp_path, monkeypatc
     monkeypatch.setenv("HF_HUB_CACHE", str(root))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     ids = prompt_ids(files["llama-q8"])
-    pair = specli.load(target="acme/tiny-GGUF:tiny.Q8_0.gguf", device="cpu")
+    pair = specli.load(target="acme/tiny-GGUF:tiny.Q8_0.gguf", device="cpu", engine="torch")
     assert pair.generate(prompt_ids=ids, max_new_tokens=TOKENS).token_ids == reference(files["llama-q8"], ids)
     with pytest.raises(ModelLoadError) as err:
         loading.resolve_source("acme/tiny-GGUF:tiny.Q4_K_M.gguf")

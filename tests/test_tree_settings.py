@@ -333,6 +333,7 @@ def test_a_tree_sweep_row_runs_the_whole_tree_at_the_settings_depth(monkeypatch)
 
     class Pair:
         target = SimpleNamespace(device=SimpleNamespace(type="cpu"))
+        engine = "torch"
 
         def warm_up(self, **kwargs):
             return 0.0

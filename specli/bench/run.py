@@ -141,6 +141,7 @@ class Measurement:
     tree: int = 0  # the trees' nodes a round the run drafted (0: a chain, or a strategy drafting nothing)
     tree_width: int = 2
     sweep_tree: int | None = None  # set in a tree sweep: the tree size this row fixed
+    engine: str = "torch"  # what evaluated the models (Pair.engine)
 
     @property
     def label(self) -> str:
@@ -159,6 +160,7 @@ class Measurement:
             "prompt_id": self.prompt_id,
             "category": self.category,
             "strategy": self.strategy,
+            "engine": self.engine,
             "num_draft_tokens": self.num_draft_tokens,
             "tree": self.tree,
             "tree_width": self.tree_width,
@@ -227,6 +229,7 @@ def measure(
         prompt.id, prompt.category, strategy, repeat, elapsed, stats, output, k, compiled=compiled,
         ttft_s=commits[0] - start if commits else None, chunk_gaps=gaps(commits),
         tree=settings.tree if settings.drafts_tree else 0, tree_width=settings.tree_width, sweep_tree=tree,
+        engine=pair.engine,
     )  # fmt: skip
 
 
@@ -613,7 +616,9 @@ def environment(pair: Pair, dtype: str | None, quant: str | None) -> dict[str, A
         "device_name": torch.cuda.get_device_name(device)
         if device.type == "cuda"
         else platform.processor() or "cpu",
-        "dtype": str(next(pair.target_model.parameters()).dtype).replace("torch.", ""),
+        "dtype": pair.weights_dtype,
+        "engine": pair.engine,
+        "engine_detail": pair.describe_engine(),
         "dtype_option": dtype,
         "quantization": quant or "none",
         "threads": torch.get_num_threads(),

@@ -25,6 +25,7 @@ from specli.cli.options import (
     DraftPMinOpt,
     DraftTokensOpt,
     DtypeOpt,
+    EngineOpt,
     ExitLayerOpt,
     FixedKOpt,
     GenerationOptions,
@@ -129,6 +130,7 @@ def bench(
     allow_pickle: AllowPickleOpt = False,
     trust_remote_code: TrustOpt = False,
     threads: ThreadsOpt = AUTO,
+    engine: EngineOpt = None,
     compile: CompileOpt = False,
     lean: LeanOpt = True,
     endpoint: Annotated[
@@ -190,7 +192,7 @@ def bench(
             preset=preset, target=target, draft=draft,
             strategy=strategies[0] if strategies else None, also=tuple(strategies[1:]),
             device=device, dtype=dtype, quant=quant, allow_pickle=allow_pickle,
-            trust_remote_code=trust_remote_code, threads=threads, compile=compile, lean=lean,
+            trust_remote_code=trust_remote_code, threads=threads, engine=engine, compile=compile, lean=lean,
         )  # fmt: skip
         if local:  # a missing folder or a bad -k is refused before any server is asked
             check_before_loading(models, options)
@@ -243,6 +245,12 @@ def bench(
         live = [r for r in runners if r.error is None]
         for runner in live:  # the servers get the prompts as the local models do: templated when they are
             runner.bench, runner.chat = bench_settings, uses_chat
+        if compare_hf and pair is not None and pair.engine != "torch":
+            raise UsageError(
+                f"--compare-hf runs transformers' own assisted generation, which the {pair.engine} engine "
+                "has no model for.",
+                "Use --engine torch with --compare-hf, or compare with llama-server through --endpoint.",
+            )
         with Counted(err, "bench") as counted:  # every stage: its count and the time it has left
             modes = (
                 b.transformers_modes(pair, strategies, settings, bench_settings.by_strategy)

@@ -23,6 +23,7 @@ from specli.cli.options import (
     DraftPMinOpt,
     DraftTokensOpt,
     DtypeOpt,
+    EngineOpt,
     ExitLayerOpt,
     FixedKOpt,
     GenerationOptions,
@@ -119,6 +120,7 @@ def explain(
     no_color: NoColorOpt = False,
     save: SaveOpt = None,
     threads: ThreadsOpt = AUTO,
+    engine: EngineOpt = None,
     compile: CompileOpt = False,
     lean: LeanOpt = True,
     debug: DebugOpt = False,
@@ -127,6 +129,7 @@ def explain(
     models = ModelOptions(
         preset=preset, target=target, draft=draft, strategy=strategy, device=device, dtype=dtype,
         quant=quant, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, threads=threads,
+        engine=engine,
         compile=compile, lean=lean,
     )  # fmt: skip
     options = GenerationOptions(

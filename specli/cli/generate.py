@@ -23,6 +23,7 @@ from specli.cli.options import (
     DraftPMinOpt,
     DraftTokensOpt,
     DtypeOpt,
+    EngineOpt,
     ExitLayerOpt,
     FixedKOpt,
     GenerationOptions,
@@ -109,6 +110,7 @@ def generate(
     save: SaveOpt = None,
     as_json: JsonOpt = False,
     threads: ThreadsOpt = AUTO,
+    engine: EngineOpt = None,
     compile: CompileOpt = False,
     lean: LeanOpt = True,
     debug: DebugOpt = False,
@@ -117,6 +119,7 @@ def generate(
     models = ModelOptions(
         preset=preset, target=target, draft=draft, strategy=strategy, device=device, dtype=dtype,
         quant=quant, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, threads=threads,
+        engine=engine,
         compile=compile, lean=lean,
     )  # fmt: skip
     options = GenerationOptions(

@@ -18,6 +18,7 @@ from specli.cli.prompt_input import check_text
 from specli.drafters.table import Model, Strategy, described, either, entry, tree_strategies
 from specli.errors import SpecliError, UsageError
 from specli.models import sources
+from specli.models.llama_cpp.engines import check_engine
 from specli.models.model_dirs import config_max_positions
 from specli.presets import MAX_TREE_NODES, MAX_TREE_WIDTH, Preset, resolve_preset
 from specli.settings import Settings, check_strategy, resolve_settings
@@ -179,6 +180,16 @@ ThreadsOpt = Annotated[
         metavar="N|auto",
     ),
 ]
+EngineOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="What evaluates the models: auto (llama.cpp for a GGUF target when llama-cpp-python is "
+        "installed and the strategy runs on it, else torch), torch (transformers; every strategy) or "
+        "llama.cpp (the GGUF in its own quantization; strategies none, lookup and draft). Default: the "
+        "preset's, else auto.",
+        metavar="auto|torch|llama.cpp",
+    ),
+]
 CompileOpt = Annotated[
     bool,
     typer.Option(
@@ -236,6 +247,7 @@ class ModelOptions:
     threads: int | str | None = AUTO
     compile: bool = False
     lean: bool = True
+    engine: str | None = None  # None: the preset's, else auto
 
 
 @dataclass(frozen=True)
@@ -295,6 +307,8 @@ def check_before_loading(models: ModelOptions, options: GenerationOptions | None
             check_strategy(strategy)
     check_device_dtype_quant(models.device, models.dtype, models.quant)
     parse_threads(models.threads)
+    if models.engine is not None:
+        check_engine(models.engine)
     options.check_text()
     preset = _preset(models)
     settings = resolve_settings(preset, strategy=models.strategy, **options.overrides())

@@ -76,6 +76,7 @@ def load_pair(
             threads=threads,
             compile=models.compile,
             lean=models.lean,
+            engine=models.engine,
         )
     if models.compile and pair.target.device.type != "cuda":
         stderr_console().print(
@@ -85,6 +86,8 @@ def load_pair(
             "once torch's disk cache holds them.",
             markup=False,
         )
+    if pair.engine != "torch":
+        stderr_console().print(f"engine: {pair.describe_engine()}", markup=False)
     if pair.placement is not None:
         stderr_console().print(f"note: {pair.placement.describe()}", markup=False)
     if getattr(pair.target_model, "is_quantized", False) and pair.target.device.type == "cpu":

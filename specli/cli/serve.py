@@ -18,6 +18,7 @@ from specli.cli.options import (
     DraftPMinOpt,
     DraftTokensOpt,
     DtypeOpt,
+    EngineOpt,
     ExitLayerOpt,
     FixedKOpt,
     GenerationOptions,
@@ -112,6 +113,7 @@ def serve(
     allow_pickle: AllowPickleOpt = False,
     trust_remote_code: TrustOpt = False,
     threads: ThreadsOpt = AUTO,
+    engine: EngineOpt = None,
     no_color: NoColorOpt = False,
     debug: DebugOpt = False,
     compile: Annotated[bool, typer.Option("--compile", hidden=True)] = False,
@@ -120,6 +122,7 @@ def serve(
     models = ModelOptions(
         preset=preset, target=target, draft=draft, strategy=strategy, device=device, dtype=dtype,
         quant=quant, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, threads=threads,
+        engine=engine,
     )  # fmt: skip
     options = GenerationOptions(
         max_new_tokens=max_new_tokens, num_draft_tokens=num_draft_tokens, temperature=temperature,

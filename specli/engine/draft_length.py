@@ -56,6 +56,8 @@ TREE_PRIOR_WEIGHT = 2.0  # a score bin's prior (the score itself) counts as this
 TREE_DECAY = 0.995  # per tree round: a round verifies many nodes, so the bins forget more slowly
 TREE_MIN_BIN = -16  # path probabilities below 2^-16 share one bin
 VERIFY_SLOPE = 0.05  # until two lengths were verified: each more token costs 5 % of a verify (a CPU's)
+PRIOR_VERIFY_WEIGHT = 2.0  # a verify time measured at load counts as this many rounds of that length
+PLAIN_RETRY = 16  # plain rounds in a row (a cost model that stopped drafting) before a draft is tried
 
 
 @dataclass
@@ -86,6 +88,8 @@ class _Costs:
         return self.draft_units > 0 and bool(self.verify)
 
     def draft(self, k: int) -> float:
+        if self.draft_units <= 0:  # nothing drafted yet (costs from a verify prior): priced on first use
+            return 0.0
         unit = self.draft_sum / self.draft_units
         return unit if self.parallel else unit * k
 
@@ -157,6 +161,10 @@ class DraftLength:
     max_k: int
     fixed: bool = False
     parallel: bool = False
+    # seconds of a forward of n tokens, measured at load (LlamaLM.verify_costs): the verify line's prior,
+    # and rounds may then draft nothing (k = 0, a plain step) where drafting does not pay
+    verify_prior: dict[int, float] | None = None
+    _plain_streak: int = 0
     _accepted: dict[str | None, list[float]] = field(default_factory=dict)  # per state: decayed counts
     _judged: dict[str | None, list[float]] = field(default_factory=dict)  # per state and position
     _costs: _Costs = field(init=False)
@@ -169,6 +177,8 @@ class DraftLength:
         if self.max_k < 1:
             raise ValueError(f"max_k must be at least 1 (got {self.max_k})")
         self._costs = _Costs(self.parallel)
+        for n, seconds in (self.verify_prior or {}).items():
+            self._costs.verify[n] = [seconds * PRIOR_VERIFY_WEIGHT, PRIOR_VERIFY_WEIGHT]
 
     def _counts(self, state: str | None) -> tuple[list[float], list[float]]:
         if state not in self._judged:
@@ -211,12 +221,25 @@ class DraftLength:
             return 0, "budget"
         if self.fixed:
             return cap, "fixed" if cap == self.max_k else "budget"
-        if self._rounds < WARMUP_ROUNDS:  # each of those rounds drafted: the costs are measured
+        if self._rounds < WARMUP_ROUNDS and self.verify_prior is None:  # the costs get measured
             return cap, "warm-up" if cap == self.max_k else "budget"
         expected, times = self._expected(cap, state), self._costs.round_times(cap)
         rates = [(expected[k] / max(times[k - 1], 1e-12), k) for k in range(1, cap + 1)]
-        best = max(rates, key=lambda rate: (rate[0], -rate[1]))[1]  # the smallest k on a tie
+        best_rate, best = max(rates, key=lambda rate: (rate[0], -rate[1]))  # the smallest k on a tie
+        if self.verify_prior is not None and 1.0 / max(self._plain_time(), 1e-12) >= best_rate:
+            self._plain_streak += 1
+            if self._plain_streak <= PLAIN_RETRY:  # then one drafting round, to measure acceptance again
+                return 0, "cost model: plain pays more"
+        self._plain_streak = 0
         return best, "budget" if best == cap < self.max_k else "cost model"
+
+    def _plain_time(self) -> float:
+        """Seconds of a one-token forward: its running mean (the load's measurement as the prior)."""
+        total, weight = self._costs.verify.get(1, (0.0, 0.0))
+        if weight > 1e-9:
+            return total / weight
+        intercept, slope = self._costs.verify_line()
+        return intercept + slope
 
     def use_tree(self) -> bool:
         """Whether this round drafts a tree (the drafter can): always when fixed, else `TreeChoice`."""

@@ -64,6 +64,9 @@ def generate_rounds(
     device = target.output_device  # verification and sampling happen where the logits are
     generator, draft_generator = _generators(config.seed, device, drafter)
     forward = _target_forward(target, drafter)
+    # the cost model's prior: forwards of n tokens timed once per model, before this generation's cache
+    # exists (llama.cpp; None: the torch engine measures none)
+    prior = target.verify_costs() if drafter is not None and not config.fixed_k else None
     start = perf_counter()
     cache = _prefill(target, drafter, prompt_ids, forward)
     synchronize(device)
@@ -73,7 +76,9 @@ def generate_rounds(
     length = None
     if drafter is not None:
         trees = trees if trees is not None else TreeChoice()
-        length = DraftLength(config.num_draft_tokens, config.fixed_k, drafter.parallel, trees=trees)
+        length = DraftLength(
+            config.num_draft_tokens, config.fixed_k, drafter.parallel, verify_prior=prior, trees=trees
+        )
 
     for index in range(config.max_new_tokens):
         budget = limit - len(generated)  # tokens this generation may still commit

@@ -147,6 +147,13 @@ class CachedLM:
                 self._warm.add((n, last_only, features, capacity))
         return len(todo) * calls
 
+    def verify_costs(self) -> dict[int, float] | None:
+        """Seconds of a forward of n tokens measured at load, for the draft-length cost model: None here
+        (the torch engine's verify grows little with n on a CPU; the cost model measures as it goes)."""
+        return None
+
+    engine = "torch"
+
     def new_cache(self) -> AnyCache:
         """An empty cache for a new generation. Static: the model's one StaticCache back at position 0
         (a handle from an earlier generation stops working)."""

@@ -243,10 +243,11 @@ def local_footer(
     the summary's rows, which say whether the tables show nodes/round)."""
     overall = overall or {}
     sampling = f"top_k={s.get('top_k')} · top_p={s.get('top_p')} · " if s["temperature"] else ""
+    engine = f"{env['engine']} " if env.get("engine", "torch") != "torch" else ""  # torch: as before
     return (
         draft_length_words(s) + f" · max_new_tokens={s['max_new_tokens']} · "
         f"temperature={s['temperature']} · {sampling}"
-        f"repeats={s['repeats']} (median) · warm-up={s['warmup']} · {env['device']} {env['dtype']} "
+        f"repeats={s['repeats']} (median) · warm-up={s['warmup']} · {env['device']} {engine}{env['dtype']} "
         f"quant={env['quantization']} · threads={env['threads']} · peak memory "
         f"{env.get('peak_memory_bytes', 0) / 2**20:.0f} MiB"
         + "".join(f" · {name} steps: {how}" for name, how in env.get("drafter_steps", {}).items())

@@ -1,0 +1,73 @@
+"""llama-cpp-python's low-level bindings, imported once: the module, its backend initialised, its log
+quiet (warnings and errors kept for the probe's report). No import at specli's import time."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from dataclasses import dataclass, field
+from typing import Any
+
+from specli.errors import UsageError
+
+PACKAGE = "llama-cpp-python"
+VERSION = "0.3.36"  # the version the engine was built and measured against (pyproject's `llama` extra)
+# This CPU family lists AMX but a VM may trap its instructions; llamafile's sgemm and the REPACK kernels
+# score a batch differently from one-token steps (docs/performance.md): the build the engine is exact on.
+CMAKE_ARGS = (
+    "-DGGML_NATIVE=ON -DGGML_LLAMAFILE=OFF -DGGML_CPU_REPACK=OFF "
+    "-DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' "
+    "-DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'"
+)
+INSTALL = f'CMAKE_ARGS="{CMAKE_ARGS}" pip install "specli-decode[llama]"'
+
+
+@dataclass
+class Library:
+    """The bindings module (`llama`) and the log callback it holds (a freed one segfaults: it lives here
+    as long as the process keeps this object, i.e. for good, through `library()`'s cache)."""
+
+    llama: Any
+    log: list[str] = field(default_factory=list)
+    callback: Any = None
+
+    @property
+    def system_info(self) -> str:
+        return self.llama.llama_print_system_info().decode(errors="replace").strip()
+
+
+def available() -> bool:
+    """Whether llama-cpp-python can be imported (without importing it: the import loads the library)."""
+    import importlib.util
+
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
+def missing_error(why: str = "") -> UsageError:
+    """The one-line refusal when the bindings are not installed (exit 2)."""
+    return UsageError(
+        f"--engine llama.cpp needs {PACKAGE}, which is not installed{why}.",
+        f"Install it: {INSTALL} (builds llama.cpp, ~4-10 min on 2 cores), or use --engine torch.",
+    )
+
+
+@functools.cache
+def library() -> Library:
+    """The bindings, imported and initialised once per process; UsageError when they are missing."""
+    if not available():
+        raise missing_error()
+    try:
+        import llama_cpp as llama
+    except ImportError as err:  # installed without its own dependencies, or a broken build
+        raise missing_error(f" or does not import ({err})") from err
+    lib = Library(llama)
+
+    def keep(level: int, text: bytes, _data: Any) -> None:
+        if level in (3, 4):  # ggml's WARN and ERROR; debug, info and continuation lines are dropped
+            lib.log.append(text.decode(errors="replace"))
+            del lib.log[:-50]
+
+    lib.callback = llama.llama_log_callback(keep)
+    llama.llama_log_set(lib.callback, ctypes.c_void_p())
+    llama.llama_backend_init()
+    return lib

@@ -1,0 +1,362 @@
+"""A GGUF model evaluated by llama.cpp, driven one forward at a time like `CachedLM` (docs/design.md §16).
+
+`LlamaModel` is the loaded file (mapped by llama.cpp, never dequantized); `LlamaLM` is what the loop
+drives: `forward` of n tokens -> logits [n, V] (a torch view of llama.cpp's own output buffer, no copy:
+valid until the next forward on the same model), `rewind`, `forward_masked` + `keep` for token trees.
+
+KV state. One llama context per `LlamaLM` (one generation at a time), reused across generations and
+grown when `reserve` asks for more positions. A generation's `LlamaCache` holds the *chain* (positions
+0 .. chain-1, all in sequence `seq`) and, during a tree round, *tree cells*: every token of a masked
+forward gets a sequence id of its own, copied from the chain and from each earlier tree cell it sees
+(`llama_memory_seq_cp` over that cell's position), and carries in its batch entry the ids of the batch
+tokens that see it, so llama.cpp's per-sequence mask is exactly the tree's ancestor mask. `keep` adds
+the chain's sequence to the accepted path's cells (their positions are chain, chain + 1, ...: prefix
+length + depth) and removes every tree sequence; a rewind of tree cells removes them all.
+
+Exactness. Built without llamafile's sgemm and the REPACK kernels (library.CMAKE_ARGS), with a
+full-size sliding-window cache (`swa_full`) and the same threads for batches as for single tokens, a
+batch of n scores each position as n one-token steps do (tests/test_llama_engine.py, docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from specli.errors import ModelLoadError, SpecliError
+from specli.models.llama_cpp.library import library
+
+BATCH = 512  # tokens per llama_decode (prefills run in chunks of it)
+SEQUENCES = 67  # a tree round's tokens each get a sequence of their own (64 nodes + the root), + the chain
+MIN_CONTEXT = 512
+CONTEXT_STEP = 256
+VERIFY_LENGTHS = (1, 2, 3, 5, 9, 17)  # the forwards `verify_costs` times
+
+
+class LlamaModel:
+    """A GGUF file loaded by llama.cpp (`name`: as the user named it; `config`: the transformers config
+    specli reads from the same file's metadata, for the context length and EOS ids)."""
+
+    generation_config = None
+    is_quantized = False  # not bitsandbytes: the file's own quantization
+
+    def __init__(self, path: Path, name: str, config: Any) -> None:
+        self.llama = library().llama
+        self.path = Path(path)
+        self.name = name
+        self.config = config
+        params = self.llama.llama_model_default_params()
+        params.use_mmap = True  # the file is mapped: resident memory is the pages a forward touches
+        self._ptr = self.llama.llama_model_load_from_file(str(self.path).encode(), params)
+        if not self._ptr:
+            raise ModelLoadError(
+                f"llama.cpp cannot load '{name}' ({self.path.name}): {last_log() or 'no reason given'}",
+                "Use --engine torch (transformers reads it), or check the file with `specli presets show`.",
+            )
+        vocab = self.llama.llama_model_get_vocab(self._ptr)
+        self.vocab = vocab
+        self.vocab_size = int(self.llama.llama_vocab_n_tokens(vocab))
+        self.context_length = int(self.llama.llama_model_n_ctx_train(self._ptr))
+        self.num_layers = int(self.llama.llama_model_n_layer(self._ptr))
+        self.hidden_size = int(self.llama.llama_model_n_embd(self._ptr))
+        self.file_size = self.path.stat().st_size
+
+    @property
+    def ptr(self) -> Any:
+        return self._ptr
+
+    def describe(self) -> str:
+        buf = ctypes.create_string_buffer(256)
+        self.llama.llama_model_desc(self._ptr, buf, len(buf))
+        return buf.value.decode(errors="replace")
+
+    def __del__(self) -> None:
+        ptr, self._ptr = getattr(self, "_ptr", None), None
+        if ptr:
+            self.llama.llama_model_free(ptr)
+
+
+def last_log() -> str:
+    """llama.cpp's last warning or error line (its log is kept quiet otherwise)."""
+    log = library().log
+    return log[-1].strip() if log else ""
+
+
+@dataclass
+class LlamaCache:
+    """One generation's KV state in its `LlamaLM`'s context (module docstring): `chain` positions in
+    sequence `seq`, then `tree` cells as (position, own sequence) in the order they were added."""
+
+    generation: int
+    seq: int = 0
+    chain: int = 0
+    tree: list[tuple[int, int]] = field(default_factory=list)
+    free: list[int] = field(default_factory=lambda: list(range(SEQUENCES - 1, 0, -1)))
+
+    @property
+    def length(self) -> int:
+        return self.chain + len(self.tree)
+
+
+class LlamaLM:
+    """The `CachedLM` contract over a `LlamaModel` (what the loop, drafters and pair call)."""
+
+    static = False
+    compiled = False
+    static_capacity = None
+    sliding_window = None  # the cache is full-size (swa_full): trees and rewinds see the whole context
+    engine = "llama.cpp"
+
+    def __init__(self, model: LlamaModel) -> None:
+        self.model = model
+        self.llama = model.llama
+        self.compiled_tokens = 0
+        self._ctx: Any = None
+        self._batch: Any = None
+        self._n_ctx = 0
+        self._threads = 0
+        self._wanted = MIN_CONTEXT
+        self._generation = 0
+        self._verify: dict[int, float] | None = None
+
+    # --- what the pair and loop read ------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    output_device = device
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.vocab_size
+
+    def reserve(self, length: int) -> None:
+        """Before a generation that can reach `length` positions: the next `new_cache` holds them."""
+        self._wanted = max(self._wanted, min(length, self.model.context_length or length))
+
+    def warm_up(self, lengths: range, **_: Any) -> int:
+        return 0  # nothing is compiled
+
+    def verify_costs(self) -> dict[int, float]:
+        """Seconds of a forward of n tokens after a 64-token prefix, for n in VERIFY_LENGTHS (the best of
+        three), measured once per model and thread count: the cost model's prior (draft_length)."""
+        threads = torch.get_num_threads()
+        if self._verify is None or self._threads != threads:
+            cache = self.new_cache()
+            prefix = torch.arange(64) % max(1, self.vocab_size - 1)
+            self.forward(prefix, cache, last_only=True)
+            times = {}
+            for n in VERIFY_LENGTHS:
+                best = float("inf")
+                for _ in range(3):
+                    start = time.perf_counter()
+                    self.forward(prefix[:n], cache)
+                    best = min(best, time.perf_counter() - start)
+                    self.rewind(cache, n)
+                times[n] = best
+            self._verify = times
+        return dict(self._verify)
+
+    # --- caches ---------------------------------------------------------------------------------
+    def new_cache(self) -> LlamaCache:
+        """An empty cache for a new generation (the context cleared; opened or grown as needed)."""
+        threads = torch.get_num_threads()
+        wanted = -(-max(self._wanted, MIN_CONTEXT) // CONTEXT_STEP) * CONTEXT_STEP
+        if self._ctx is None or wanted > self._n_ctx:
+            self._open(wanted, threads)
+        else:
+            if threads != self._threads:
+                self.llama.llama_set_n_threads(self._ctx, threads, threads)
+                self._threads = threads
+            self.llama.llama_memory_clear(self._memory, True)
+        self._generation += 1
+        return LlamaCache(self._generation)
+
+    def _open(self, n_ctx: int, threads: int) -> None:
+        self._close()
+        params = self.llama.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = params.n_ubatch = BATCH
+        params.n_seq_max = SEQUENCES
+        params.n_threads = params.n_threads_batch = threads  # one split for batches and single tokens
+        params.kv_unified = True  # trees: one KV buffer the sequences share
+        params.swa_full = True  # sliding-window layers keep every position: rewinds stay exact
+        params.no_perf = True
+        ctx = self.llama.llama_init_from_model(self.model.ptr, params)
+        if not ctx:
+            raise ModelLoadError(
+                f"llama.cpp could not open a context of {n_ctx} positions for '{self.model.name}': "
+                f"{last_log() or 'no reason given'}",
+                "Lower --max-new-tokens or use --engine torch.",
+            )
+        self._ctx, self._n_ctx, self._threads = ctx, n_ctx, threads
+        self._memory = self.llama.llama_get_memory(ctx)
+        self._batch = self.llama.llama_batch_init(BATCH, 0, SEQUENCES)
+
+    def _close(self) -> None:
+        if self._batch is not None:
+            self.llama.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx is not None:
+            self.llama.llama_free(self._ctx)
+            self._ctx = None
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # interpreter shutdown: the bindings may be gone already
+            self._close()
+
+    def cache_length(self, cache: LlamaCache) -> int:
+        return cache.length
+
+    # --- forwards -------------------------------------------------------------------------------
+    def _check(self, cache: LlamaCache, n: int) -> None:
+        if cache.generation != self._generation:
+            raise RuntimeError("this cache belongs to an earlier generation (new_cache cleared it)")
+        if cache.length + n > self._n_ctx:
+            raise SpecliError(
+                f"the llama.cpp context of '{self.model.name}' holds {self._n_ctx} positions and this "
+                f"generation needs more ({cache.length + n}).",
+                "Lower --max-new-tokens, or shorten the prompt.",
+            )
+
+    def _decode(self, n: int) -> None:
+        self._batch.n_tokens = n
+        code = self.llama.llama_decode(self._ctx, self._batch)
+        if code != 0:
+            raise SpecliError(
+                f"llama.cpp could not evaluate {n} tokens of '{self.model.name}' (llama_decode returned "
+                f"{code}): {last_log() or 'no reason given'}",
+                "Run with --engine torch, or report it with the command that failed.",
+            )
+
+    def _logits(self, rows: int) -> torch.Tensor:
+        """The last decode's logits [rows, V]: a view of llama.cpp's buffer (no copy)."""
+        pointer = self.llama.llama_get_logits(self._ctx)
+        return torch.from_numpy(np.ctypeslib.as_array(pointer, shape=(rows, self.vocab_size)))
+
+    def forward(self, ids: torch.Tensor, cache: LlamaCache, *, last_only: bool = False) -> torch.Tensor:
+        """Run ids [n] after the chain; returns logits [n, V] (or [1, V] when last_only). Longer runs than
+        a batch go in chunks (a prefill); the logits stay valid until the next forward."""
+        tokens = [int(t) for t in ids.tolist()]
+        n = len(tokens)
+        if cache.tree:
+            raise RuntimeError("a chain forward while tree cells are in the cache (rewind or keep first)")
+        self._check(cache, n)
+        batch, seq, parts = self._batch, cache.seq, []
+        for start in range(0, n, BATCH):
+            chunk = tokens[start : start + BATCH]
+            last_chunk = start + BATCH >= n
+            for i, token in enumerate(chunk):
+                batch.token[i] = token
+                batch.pos[i] = cache.chain + i
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = seq
+                batch.logits[i] = not last_only or (last_chunk and i == len(chunk) - 1)
+            self._decode(len(chunk))
+            cache.chain += len(chunk)
+            if not last_only and not last_chunk:
+                parts.append(self._logits(len(chunk)).clone())  # the next chunk overwrites the buffer
+        logits = self._logits(1 if last_only else n - sum(len(p) for p in parts))
+        return torch.cat([*parts, logits]) if parts else logits
+
+    def forward_features(self, *_: Any, **__: Any) -> Any:
+        raise SpecliError(
+            "the llama.cpp engine gives no hidden states of inner layers.", "Use --engine torch."
+        )
+
+    def forward_masked(
+        self,
+        ids: torch.Tensor,
+        cache: LlamaCache,
+        positions: torch.Tensor,
+        visible: torch.Tensor,
+        layers: tuple[int, ...] = (),
+    ) -> tuple[torch.Tensor, None]:
+        """A tree forward (CachedLM.forward_masked): ids [n] at `positions` [n], each seeing the cache
+        entries and batch tokens `visible` [n, length + n] allows (the whole chain, then its ancestors)."""
+        if layers:
+            self.forward_features()
+        tokens = [int(t) for t in ids.tolist()]
+        where = [int(p) for p in positions.tolist()]
+        n, length, chain = len(tokens), cache.length, cache.chain
+        sees = visible.to(torch.bool).cpu()
+        if not bool(sees[:, :chain].all()):
+            raise NotImplementedError("llama.cpp tree forwards need the whole chain visible to every node")
+        if n > BATCH or n > len(cache.free):
+            raise SpecliError(
+                f"a token tree of {n} nodes is more than the llama.cpp engine's {BATCH} / "
+                f"{len(cache.free)} free sequences.",
+                "Lower --tree.",
+            )
+        self._check(cache, n)
+        own = [cache.free.pop() for _ in range(n)]
+        memory, copy = self._memory, self.llama.llama_memory_seq_cp
+        seen_tree = sees[:, chain:length].tolist()  # [n, cells]
+        for i, s in enumerate(own):
+            copy(memory, cache.seq, s, -1, -1)
+            for j, on in enumerate(seen_tree[i]):
+                if on:
+                    pos, cell = cache.tree[j]
+                    copy(memory, cell, s, pos, pos + 1)
+        seen_batch = sees[:, length:].tolist()  # [n, n]: row m sees batch token i at [m][i]
+        batch = self._batch
+        for i, token in enumerate(tokens):
+            seqs = [own[i]] + [own[m] for m in range(n) if m != i and seen_batch[m][i]]
+            batch.token[i] = token
+            batch.pos[i] = where[i]
+            batch.n_seq_id[i] = len(seqs)
+            for j, s in enumerate(seqs):  # its own first: llama.cpp masks a token by its first sequence
+                batch.seq_id[i][j] = s
+            batch.logits[i] = True
+        try:
+            self._decode(n)
+        except SpecliError:
+            for s in own:
+                self.llama.llama_memory_seq_rm(memory, s, -1, -1)
+            cache.free += own
+            raise
+        cache.tree += list(zip(where, own, strict=True))
+        return self._logits(n), None
+
+    def keep(self, cache: LlamaCache, n: int, kept: list[int]) -> None:
+        """Of the newest n entries (a tree round's cells) keep `kept` (offsets, ascending) as the chain's
+        next positions; the rest are dropped."""
+        if n != len(cache.tree):
+            raise NotImplementedError("llama.cpp trees keep a path out of the whole tree block only")
+        start = len(cache.tree) - n
+        for offset, index in enumerate(kept):
+            pos, cell = cache.tree[start + index]
+            if pos != cache.chain + offset:
+                raise NotImplementedError("the kept tree cells are not the chain's next positions")
+            self.llama.llama_memory_seq_cp(self._memory, cell, cache.seq, pos, pos + 1)
+        self._drop_tree(cache)
+        cache.chain += len(kept)
+
+    def _drop_tree(self, cache: LlamaCache) -> None:
+        for _, cell in cache.tree:
+            self.llama.llama_memory_seq_rm(self._memory, cell, -1, -1)
+            cache.free.append(cell)
+        cache.tree = []
+
+    def rewind(self, cache: LlamaCache, n: int) -> None:
+        """Drop the newest n >= 0 entries: tree cells (all of them, when any) first, then chain positions."""
+        if n <= 0:
+            return
+        if cache.tree:
+            if n < len(cache.tree):
+                raise NotImplementedError("llama.cpp trees rewind a whole tree block at a time")
+            n -= len(cache.tree)
+            self._drop_tree(cache)
+        if n:
+            self.llama.llama_memory_seq_rm(self._memory, cache.seq, cache.chain - n, -1)
+            cache.chain -= n
+
+    def settle(self, cache: LlamaCache) -> None:
+        """Nothing to trim: the sliding-window cache is full-size."""

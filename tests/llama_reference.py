@@ -1,0 +1,104 @@
+"""llama.cpp's own one-token-at-a-time decoding of a GGUF file, written against the raw bindings and
+not through specli's `LlamaLM`: the reference the llama.cpp engine's outputs are held to. A context of
+its own (one sequence, no unified KV buffer, default flash attention), the prompt prefilled in one
+batch, then one `llama_decode` per generated token, greedy. Also: the exact next-token distribution of a
+prefix (one fresh context per call) for the sampling tests.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+
+def llama_or_skip():
+    """The bindings, or a skip naming the install (a failure when SPECLI_REQUIRE_LLAMA=1, as in CI)."""
+    from specli.models.llama_cpp.library import INSTALL, available, library
+
+    if not available():
+        message = f"llama-cpp-python is not installed: {INSTALL}"
+        if os.environ.get("SPECLI_REQUIRE_LLAMA") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return library().llama
+
+
+class Reference:
+    """One GGUF file under llama.cpp, decoded one token at a time with `threads` threads."""
+
+    def __init__(self, path: Path, threads: int = 1) -> None:
+        self.L = llama_or_skip()
+        self.model = self.L.llama_model_load_from_file(
+            str(path).encode(), self.L.llama_model_default_params()
+        )
+        assert self.model, f"llama.cpp cannot load {path}"
+        self.vocab = self.L.llama_vocab_n_tokens(self.L.llama_model_get_vocab(self.model))
+        self.threads = threads
+
+    def _context(self, n_ctx: int):
+        params = self.L.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = params.n_ubatch = 512
+        params.n_threads = params.n_threads_batch = self.threads
+        params.swa_full = True
+        ctx = self.L.llama_init_from_model(self.model, params)
+        assert ctx
+        return ctx
+
+    def _decode(self, ctx, batch, tokens: list[int], start: int) -> np.ndarray:
+        """Decode `tokens` at positions start.. in chunks; the last token's logits [V] (a copy)."""
+        for offset in range(0, len(tokens), 512):
+            chunk = tokens[offset : offset + 512]
+            for i, token in enumerate(chunk):
+                batch.token[i] = token
+                batch.pos[i] = start + offset + i
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = 0
+                batch.logits[i] = i == len(chunk) - 1
+            batch.n_tokens = len(chunk)
+            assert self.L.llama_decode(ctx, batch) == 0
+        pointer = self.L.llama_get_logits_ith(ctx, -1)
+        return np.ctypeslib.as_array(pointer, shape=(self.vocab,)).copy()
+
+    def greedy(self, prompt: list[int], n: int, eos: set[int] = frozenset()) -> tuple[list[int], list[float]]:
+        """The first n greedy tokens after `prompt` (stopping after an EOS id), and each step's top-2
+        logit gap."""
+        ctx = self._context(len(prompt) + n + 8)
+        batch = self.L.llama_batch_init(512, 0, 1)
+        try:
+            if len(prompt) > 1:  # as generation runs: the prompt but its last token as one batch
+                self._decode(ctx, batch, prompt[:-1], 0)
+            logits = self._decode(ctx, batch, prompt[-1:], len(prompt) - 1)
+            out, gaps = [], []
+            for step in range(n):
+                top2 = np.sort(logits)[-2:]
+                gaps.append(float(top2[1] - top2[0]))
+                token = int(logits.argmax())
+                out.append(token)
+                if token in eos or step == n - 1:
+                    break
+                logits = self._decode(ctx, batch, [token], len(prompt) + step)
+            return out, gaps
+        finally:
+            self.L.llama_batch_free(batch)
+            self.L.llama_free(ctx)
+
+    def next_logits(self, prefix: list[int]) -> np.ndarray:
+        """The logits [V] after `prefix`: the prefix but its last token in one batch, then that token
+        alone (a one-token step, as generation scores it)."""
+        ctx = self._context(len(prefix) + 8)
+        batch = self.L.llama_batch_init(512, 0, 1)
+        try:
+            if len(prefix) > 1:
+                self._decode(ctx, batch, prefix[:-1], 0)
+            return self._decode(ctx, batch, prefix[-1:], len(prefix) - 1)
+        finally:
+            self.L.llama_batch_free(batch)
+            self.L.llama_free(ctx)
+
+    def __del__(self) -> None:
+        if getattr(self, "model", None):
+            self.L.llama_model_free(self.model)

@@ -1,0 +1,334 @@
+"""The llama.cpp engine (issue 38) on the embedded pair written as GGUF files: lossless against
+llama.cpp's own one-token decoding of the same file (`llama_reference`, raw bindings, a context of its
+own), for every strategy it runs, chains and trees; the tree forward against each path's own forward;
+rewinds; sampling in distribution (G-test with its biased control); choosing the engine; bad files.
+
+These need llama-cpp-python: they skip without it, and fail instead when SPECLI_REQUIRE_LLAMA=1 (CI).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from llama_reference import Reference, llama_or_skip
+from test_lossless_sampling import GreedyDraftReportingSoftmax, g_test_pvalue
+from typer.testing import CliRunner
+
+import specli
+from specli.cli import app
+from specli.drafters.draft_model import DraftModelDrafter
+from specli.engine.loop import EngineConfig, generate_rounds
+from specli.engine.sampling import SamplingConfig, process_logits
+from specli.engine.stopping import StopCriteria
+from specli.errors import UsageError
+from specli.models.llama_cpp import engines
+from specli.models.sources import embedded_model
+
+PROMPTS = [
+    "def fibonacci(n):\n    if n < 2:\n        return n\n",
+    "The quick brown fox jumps over the lazy dog. The quick brown fox",
+    "for i in range(10):\n    print(i)\nfor i in range(10):\n",
+]
+
+
+@pytest.fixture(scope="module")
+def ggufs(tmp_path_factory) -> dict[str, Path]:
+    """The embedded tiny target and drafter as F32 GGUF files (specli's own writer)."""
+    llama_or_skip()
+    from transformers import AutoModelForCausalLM
+
+    from specli.models.gguf_write import write_gguf
+    from specli.models.loading import load_tokenizer
+
+    root = tmp_path_factory.mktemp("gguf")
+    out = {}
+    for name in ("tiny-target", "tiny-draft"):
+        folder = embedded_model(name)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+        out[name] = write_gguf(root / f"{name}.gguf", model, load_tokenizer(folder), name=name)
+    return out
+
+
+@pytest.fixture(scope="module")
+def pair(ggufs):
+    return specli.load(
+        target=str(ggufs["tiny-target"]),
+        draft=str(ggufs["tiny-draft"]),
+        strategy=["draft", "lookup", "none"],
+        engine="llama.cpp",
+        threads=1,
+    )
+
+
+@pytest.fixture(scope="module")
+def reference(ggufs) -> Reference:
+    return Reference(ggufs["tiny-target"], threads=1)
+
+
+def test_the_pair_runs_on_llama_cpp(pair):
+    assert pair.engine == "llama.cpp"
+    assert type(pair.target).__name__ == "LlamaLM" and type(pair.draft).__name__ == "LlamaLM"
+    assert "llama.cpp" in pair.describe_engine()
+
+
+CASES = {
+    "none": {"strategy": "none"},
+    "lookup": {"strategy": "lookup", "num_draft_tokens": 6, "fixed_k": True},
+    "lookup tree": {"strategy": "lookup", "num_draft_tokens": 4, "tree": 8, "fixed_k": True},
+    "draft": {"strategy": "draft", "num_draft_tokens": 4, "fixed_k": True},
+    "draft tree": {"strategy": "draft", "num_draft_tokens": 3, "tree": 8, "tree_width": 2, "fixed_k": True},
+    "draft, cost model": {"strategy": "draft", "num_draft_tokens": 6},
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_greedy_output_is_llama_cpps_own_one_token_decoding(pair, reference, case):
+    """Every strategy on the engine gives exactly the ids of llama.cpp's one-token steps on the same file;
+    the drafting cases both accept and reject drafts, so rewinds and the kept tree paths are exercised."""
+    accepted = rejections = 0
+    for prompt in PROMPTS:
+        ids = pair.prompt_ids(prompt, chat=False)
+        result = pair.generate(prompt_ids=ids, max_new_tokens=40, chat=False, ignore_eos=True, **CASES[case])
+        expected, _ = reference.greedy(ids, 40)
+        assert result.token_ids == expected, (case, prompt)
+        accepted += result.stats.accepted
+        rejections += result.stats.rejections
+    if case not in ("none", "draft, cost model"):
+        assert accepted > 0 and rejections > 0, (accepted, rejections)
+    if "tree" in case:
+        assert any(r.tree is not None for r in result.rounds)
+
+
+def test_a_batch_scores_each_position_as_one_token_steps_do(pair):
+    """A forward of n tokens gives each position the logits n one-token forwards give (the build and
+    context settings the engine uses): equal argmax, logits within float rounding."""
+    lm = pair.target
+    ids = torch.tensor(pair.prompt_ids(PROMPTS[0], chat=False))
+    one = lm.new_cache()
+    lm.forward(ids[:4], one, last_only=True)
+    steps = torch.stack([lm.forward(ids[i : i + 1], one)[0].clone() for i in range(4, len(ids))])
+    batched = lm.new_cache()
+    lm.forward(ids[:4], batched, last_only=True)
+    block = lm.forward(ids[4:], batched).clone()
+    assert torch.equal(block.argmax(-1), steps.argmax(-1))
+    assert (block - steps).abs().max() < 1e-3
+
+
+def test_a_rewind_leaves_what_a_fresh_cache_computes(pair):
+    lm = pair.target
+    ids = torch.tensor(pair.prompt_ids(PROMPTS[1], chat=False))
+    cache = lm.new_cache()
+    lm.forward(ids[:6], cache)
+    lm.forward(torch.tensor([5, 9, 11]), cache)
+    lm.rewind(cache, 3)
+    assert lm.cache_length(cache) == 6
+    after = lm.forward(ids[6:9], cache).clone()
+    fresh = lm.new_cache()
+    lm.forward(ids[:6], fresh)
+    expected = lm.forward(ids[6:9], fresh).clone()
+    assert torch.allclose(after, expected, atol=1e-4)
+
+
+def test_a_tree_forward_gives_each_node_its_own_paths_logits(pair):
+    """One masked forward over a tree (root, two children, a grandchild under each) equals, node by node,
+    a chain forward of that node's own path; keep() leaves exactly that path in the cache."""
+    lm = pair.target
+    prefix = pair.prompt_ids(PROMPTS[2], chat=False)
+    tokens = [prefix[-1], 7, 8, 9, 10]
+    parents = [-1, 0, 0, 1, 2]  # node 0 is the root (pending); 1, 2 children; 3 under 1, 4 under 2
+    depth = [0, 1, 1, 2, 2]
+    cache = lm.new_cache()
+    lm.forward(torch.tensor(prefix[:-1]), cache, last_only=True)
+    length = lm.cache_length(cache)
+    visible = torch.zeros(5, length + 5, dtype=torch.bool)
+    visible[:, :length] = True
+    for node in range(5):
+        at = node
+        while at >= 0:
+            visible[node, length + at] = True
+            at = parents[at]
+    positions = torch.tensor([length + d for d in depth])
+    logits, _ = lm.forward_masked(torch.tensor(tokens), cache, positions, visible)
+    logits = logits.clone()
+    for node in range(5):
+        path, at = [], node
+        while at >= 0:
+            path.insert(0, tokens[at])
+            at = parents[at]
+        chain = lm.new_cache()
+        lm.forward(torch.tensor(prefix[:-1]), chain, last_only=True)
+        expected = lm.forward(torch.tensor(path), chain)[-1]
+        assert torch.allclose(logits[node], expected, atol=1e-4), node
+    # keep the path root -> 2 -> 4: the cache then continues as a chain over those tokens
+    cache = lm.new_cache()
+    lm.forward(torch.tensor(prefix[:-1]), cache, last_only=True)
+    lm.forward_masked(torch.tensor(tokens), cache, positions, visible)
+    lm.keep(cache, 5, [0, 2, 4])
+    assert lm.cache_length(cache) == length + 3
+    after = lm.forward(torch.tensor([11]), cache)[0].clone()
+    chain = lm.new_cache()
+    lm.forward(torch.tensor(prefix[:-1]), chain, last_only=True)
+    expected = lm.forward(torch.tensor([tokens[0], 8, 10, 11]), chain)[-1]
+    # the kept cells sit where the tree put them, so attention sums over them in another order: equal up
+    # to float rounding (measured 3e-4 here), never a different top token
+    assert int(after.argmax()) == int(expected.argmax())
+    assert torch.allclose(after, expected, atol=2e-3)
+
+
+# --------------------------------------------------------------------------- sampling
+
+RUNS = 1500
+TOP_K = 3
+
+
+def _exact_joint(
+    reference: Reference, prompt: list[int], cfg: SamplingConfig
+) -> dict[tuple[int, int], float]:
+    """P(t1, t2) over the top-k support, from llama.cpp's own one-token logits, processed as the engine
+    processes them (temperature, top-k)."""
+    first = process_logits(torch.from_numpy(reference.next_logits(prompt)), cfg)
+    joint = {}
+    for a in torch.nonzero(first).flatten().tolist():
+        second = process_logits(torch.from_numpy(reference.next_logits(prompt + [a])), cfg)
+        for b in torch.nonzero(second).flatten().tolist():
+            joint[(a, b)] = float(first[a] * second[b])
+    return joint
+
+
+def _empirical(pair, drafter, prompt: list[int], cfg: SamplingConfig) -> tuple[dict, float]:
+    counts: dict[tuple[int, int], int] = {}
+    drafted = accepted = 0
+    for seed in range(RUNS):
+        config = EngineConfig(max_new_tokens=2, num_draft_tokens=2, fixed_k=True, sampling=cfg, seed=seed)
+        rounds = list(generate_rounds(pair.target, drafter, prompt, config, StopCriteria(set())))
+        tokens = tuple(t for r in rounds for t in r.committed)
+        counts[tokens] = counts.get(tokens, 0) + 1
+        drafted += sum(len(r.drafted) for r in rounds)
+        accepted += sum(r.accepted for r in rounds)
+    return counts, accepted / max(drafted, 1)
+
+
+def _pvalue(counts: dict, joint: dict) -> float:
+    assert set(counts) <= set(joint), "a pair of tokens the target can never produce was produced"
+    keys = sorted(joint)
+    observed = torch.tensor([float(counts.get(key, 0)) for key in keys])
+    probs = torch.tensor([joint[key] for key in keys])
+    return g_test_pvalue(observed, probs / probs.sum())
+
+
+def test_sampling_keeps_the_targets_distribution_and_a_biased_drafter_fails(pair, reference):
+    """The first two tokens' joint distribution (temperature 1.5, top-k 3: a small support the drafter
+    often disagrees on) matches the target's exact one; the classic bug (draft the argmax, report the
+    softmax as q) fails the same test."""
+    cfg = SamplingConfig(1.5, top_k=TOP_K)
+    prompt = pair.prompt_ids("The quick brown", chat=False)
+    joint = _exact_joint(reference, prompt, cfg)
+    vocab = pair.target.vocab_size
+    drafter = DraftModelDrafter(pair.draft, vocab)
+    counts, acceptance = _empirical(pair, drafter, prompt, cfg)
+    assert 0.1 < acceptance < 0.95, acceptance
+    assert _pvalue(counts, joint) > 1e-3
+    biased = GreedyDraftReportingSoftmax(pair.draft, vocab)
+    counts, _ = _empirical(pair, biased, prompt, cfg)
+    assert _pvalue(counts, joint) < 1e-6
+
+
+# --------------------------------------------------------------------------- choosing the engine
+
+
+def test_auto_picks_llama_cpp_for_a_gguf_target_only():
+    assert engines.choose("auto", gguf_target=True, strategies=["lookup"], installed=True) == "llama.cpp"
+    assert engines.choose("auto", gguf_target=False, strategies=["lookup"], installed=True) == "torch"
+    assert engines.choose("auto", gguf_target=True, strategies=["lookup"], installed=False) == "torch"
+    assert engines.choose("auto", gguf_target=True, strategies=["none", "eagle"], installed=True) == "torch"
+    assert engines.choose("llama-cpp", gguf_target=True, strategies=["draft"], installed=True) == "llama.cpp"
+    with pytest.raises(UsageError, match="needs llama-cpp-python.*\n.*pip install"):
+        engines.choose("llama.cpp", gguf_target=True, strategies=["none"], installed=False)
+    with pytest.raises(UsageError, match="runs GGUF files"):
+        engines.choose("llama.cpp", gguf_target=False, strategies=["none"], installed=True)
+    for strategy in ("eagle", "self"):
+        with pytest.raises(
+            UsageError, match=f"strategy '{strategy}' does not run on the llama.cpp.*\n.*torch"
+        ):
+            engines.choose("llama.cpp", gguf_target=True, strategies=[strategy], installed=True)
+    with pytest.raises(UsageError, match="unknown engine"):
+        engines.check_engine("vulkan")
+
+
+def test_auto_loads_a_gguf_on_llama_cpp_and_dtype_keeps_torch(ggufs):
+    llama = specli.load(target=str(ggufs["tiny-target"]), strategy="lookup", threads=1)
+    assert llama.engine == "llama.cpp"
+    torch_pair = specli.load(target=str(ggufs["tiny-target"]), strategy="lookup", dtype="float32", threads=1)
+    assert torch_pair.engine == "torch"
+    with pytest.raises(UsageError, match="--dtype is for the torch engine"):
+        specli.load(target=str(ggufs["tiny-target"]), engine="llama.cpp", dtype="float32")
+
+
+def test_a_transformers_drafter_is_written_once_as_gguf(ggufs, monkeypatch, tmp_path, reference):
+    """An embedded drafter (a transformers folder) drafts on llama.cpp from the GGUF specli writes of it
+    into its cache, once; the output is still the target's own."""
+    monkeypatch.setenv("SPECLI_CACHE_DIR", str(tmp_path))
+    pair = specli.load(target=str(ggufs["tiny-target"]), draft="embedded:tiny-draft", engine="llama.cpp")
+    written = list((tmp_path / "llama-gguf").glob("*.gguf"))
+    assert len(written) == 1 and pair.draft_model.path == written[0]
+    ids = pair.prompt_ids(PROMPTS[0], chat=False)
+    result = pair.generate(prompt_ids=ids, max_new_tokens=24, ignore_eos=True, fixed_k=True)
+    assert result.stats.drafted > 0
+    assert result.token_ids == reference.greedy(ids, 24)[0]
+    mtime = written[0].stat().st_mtime_ns
+    specli.load(target=str(ggufs["tiny-target"]), draft="embedded:tiny-draft", engine="llama.cpp")
+    assert written[0].stat().st_mtime_ns == mtime
+
+
+# --------------------------------------------------------------------------- the command line
+
+
+def test_generate_json_names_the_engine(ggufs):
+    result = CliRunner().invoke(
+        app,
+        ["generate", "def f(x):", "--target", str(ggufs["tiny-target"]), "--engine", "llama.cpp",
+         "--strategy", "lookup", "--max-new-tokens", "8", "--json", "--threads", "1"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["stats"]["engine"] == "llama.cpp"
+
+
+def test_eagle_on_llama_cpp_is_one_line_naming_torch(ggufs):
+    result = CliRunner().invoke(
+        app,
+        ["generate", "hi", "--target", str(ggufs["tiny-target"]), "--engine", "llama.cpp",
+         "--strategy", "self", "--max-new-tokens", "4"],
+    )  # fmt: skip
+    assert result.exit_code == 2
+    assert "does not run on the llama.cpp engine" in result.output and "--engine torch" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_without_the_package_the_refusal_names_the_install(ggufs, monkeypatch):
+    monkeypatch.setattr("specli.models.llama_cpp.library.available", lambda: False)
+    result = CliRunner().invoke(
+        app, ["generate", "hi", "--target", str(ggufs["tiny-target"]), "--engine", "llama.cpp"]
+    )
+    assert result.exit_code == 2
+    assert "pip install" in result.output and "llama" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_gguf_llama_cpp_cannot_read_is_one_line_and_leaves_nothing(ggufs, tmp_path, monkeypatch):
+    """A file whose header reads but whose tensors are cut short: llama.cpp refuses it; one line naming
+    the file and --engine torch, exit 1, and the probe records no success for it."""
+    monkeypatch.setenv("SPECLI_CACHE_DIR", str(tmp_path / "cache"))
+    data = ggufs["tiny-target"].read_bytes()
+    bad = tmp_path / "cut.gguf"
+    bad.write_bytes(data[: len(data) // 2])
+    result = CliRunner().invoke(
+        app, ["generate", "hi", "--target", str(bad), "--engine", "llama.cpp", "--max-new-tokens", "4"]
+    )
+    assert result.exit_code in (1, 2), result.output
+    assert "cut.gguf" in result.output
+    assert "Traceback" not in result.output
+    assert not list((tmp_path / "cache").glob("llama-probe/*.ok"))
