@@ -127,7 +127,7 @@ def load(
     "llama.cpp" with llama.cpp, on the GGUF file itself in its own quantization (strategies none,
     lookup and draft; a drafter that is no GGUF is written as one once into specli's cache; needs
     llama-cpp-python); "auto" picks llama.cpp for a GGUF target when it is installed, every strategy
-    runs on it and neither dtype nor quant was asked for, else torch (docs/design.md §16).
+    runs on it and neither dtype nor quant was asked for, else torch (docs/design.md §15).
     `pair.engine` says which ran.
     """
     spec = preset_for(preset, target=target, draft=draft, strategy=strategy)

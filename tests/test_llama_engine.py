@@ -132,6 +132,20 @@ def test_a_rewind_leaves_what_a_fresh_cache_computes(pair):
     assert torch.allclose(after, expected, atol=1e-4)
 
 
+def test_a_prompt_sharing_the_last_ones_prefix_reuses_its_positions(pair, reference):
+    """The next generation's prefill keeps the positions whose tokens the previous generation held (as
+    llama-server's prompt cache does) and the output is still the one-token reference's."""
+    ids = pair.prompt_ids(PROMPTS[1], chat=False)
+    pair.generate(prompt_ids=ids, max_new_tokens=8, strategy="none")
+    longer = ids + pair.prompt_ids(" jumps", chat=False)
+    result = pair.generate(prompt_ids=longer, max_new_tokens=16, strategy="lookup", ignore_eos=True)
+    assert pair.target.reused == len(ids)  # the whole earlier prompt; its generated tokens differ
+    assert result.token_ids == reference.greedy(longer, 16)[0]
+    other = pair.prompt_ids("import os", chat=False)
+    pair.generate(prompt_ids=other, max_new_tokens=4, strategy="none")
+    assert pair.target.reused < 2
+
+
 def test_a_tree_forward_gives_each_node_its_own_paths_logits(pair):
     """One masked forward over a tree (root, two children, a grandchild under each) equals, node by node,
     a chain forward of that node's own path; keep() leaves exactly that path in the cache."""

@@ -1,4 +1,4 @@
-"""A GGUF model evaluated by llama.cpp, driven one forward at a time like `CachedLM` (docs/design.md §16).
+"""A GGUF model evaluated by llama.cpp, driven one forward at a time like `CachedLM` (docs/design.md §15).
 
 `LlamaModel` is the loaded file (mapped by llama.cpp, never dequantized); `LlamaLM` is what the loop
 drives: `forward` of n tokens -> logits [n, V] (a torch view of llama.cpp's own output buffer, no copy:
@@ -97,7 +97,8 @@ class LlamaCache:
     generation: int
     seq: int = 0
     chain: int = 0
-    tree: list[tuple[int, int]] = field(default_factory=list)
+    tree: list[tuple[int, int, int]] = field(default_factory=list)  # (position, own sequence, token)
+    primed: bool = False  # its first forward ran (the one that may reuse the previous prompt's cells)
     free: list[int] = field(default_factory=lambda: list(range(SEQUENCES - 1, 0, -1)))
 
     @property
@@ -125,6 +126,9 @@ class LlamaLM:
         self._wanted = MIN_CONTEXT
         self._generation = 0
         self._verify: dict[int, float] | None = None
+        self._held: list[int] = []  # the tokens at chain positions 0.. of the context's live cache
+        self._live: LlamaCache | None = None
+        self.reused = 0  # positions the latest generation's prefill found in the context already
 
     # --- what the pair and loop read ------------------------------------------------------------
     @property
@@ -149,7 +153,13 @@ class LlamaLM:
         three), measured once per model and thread count: the cost model's prior (draft_length)."""
         threads = torch.get_num_threads()
         if self._verify is None or self._threads != threads:
-            cache = self.new_cache()
+            if self._ctx is None or threads != self._threads:
+                self.new_cache()
+            if self._n_ctx - len(self._held) < 64 + max(VERIFY_LENGTHS) + 1:  # no room beside it
+                self.llama.llama_memory_clear(self._memory, True)
+                self._held = []
+            # a sequence of its own: the live cache's cells (a prompt to reuse) stay as they are
+            cache = LlamaCache(self._generation, seq=SEQUENCES - 1, primed=True)
             prefix = torch.arange(64) % max(1, self.vocab_size - 1)
             self.forward(prefix, cache, last_only=True)
             times = {}
@@ -161,23 +171,30 @@ class LlamaLM:
                     best = min(best, time.perf_counter() - start)
                     self.rewind(cache, n)
                 times[n] = best
+            self.llama.llama_memory_seq_rm(self._memory, cache.seq, -1, -1)
             self._verify = times
         return dict(self._verify)
 
     # --- caches ---------------------------------------------------------------------------------
     def new_cache(self) -> LlamaCache:
-        """An empty cache for a new generation (the context cleared; opened or grown as needed)."""
+        """An empty cache for a new generation (opened or grown as needed). The previous generation's
+        chain stays in the context until the first forward: a prefill (`last_only`) then reuses the
+        positions its tokens share with the new ones, as llama-server's prompt cache does (KV entries
+        of the same tokens at the same positions are the same numbers)."""
         threads = torch.get_num_threads()
         wanted = -(-max(self._wanted, MIN_CONTEXT) // CONTEXT_STEP) * CONTEXT_STEP
         if self._ctx is None or wanted > self._n_ctx:
             self._open(wanted, threads)
+            self._held = []
         else:
             if threads != self._threads:
                 self.llama.llama_set_n_threads(self._ctx, threads, threads)
                 self._threads = threads
-            self.llama.llama_memory_clear(self._memory, True)
+            if self._live is not None and self._live.tree:  # a generation left mid-tree (interrupted)
+                self._drop_tree(self._live)
         self._generation += 1
-        return LlamaCache(self._generation)
+        self._live = LlamaCache(self._generation)
+        return self._live
 
     def _open(self, n_ctx: int, threads: int) -> None:
         self._close()
@@ -230,6 +247,8 @@ class LlamaLM:
         self._batch.n_tokens = n
         code = self.llama.llama_decode(self._ctx, self._batch)
         if code != 0:
+            self.llama.llama_memory_clear(self._memory, True)  # nothing half-written is reused later
+            self._held = []
             raise SpecliError(
                 f"llama.cpp could not evaluate {n} tokens of '{self.model.name}' (llama_decode returned "
                 f"{code}): {last_log() or 'no reason given'}",
@@ -245,10 +264,15 @@ class LlamaLM:
         """Run ids [n] after the chain; returns logits [n, V] (or [1, V] when last_only). Longer runs than
         a batch go in chunks (a prefill); the logits stay valid until the next forward."""
         tokens = [int(t) for t in ids.tolist()]
-        n = len(tokens)
         if cache.tree:
             raise RuntimeError("a chain forward while tree cells are in the cache (rewind or keep first)")
-        self._check(cache, n)
+        self._check(cache, len(tokens))
+        if not cache.primed:
+            tokens = self._prime(cache, tokens, last_only)
+        n = len(tokens)
+        live = cache is self._live
+        if live:
+            self._held[cache.chain :] = tokens
         batch, seq, parts = self._batch, cache.seq, []
         for start in range(0, n, BATCH):
             chunk = tokens[start : start + BATCH]
@@ -265,6 +289,20 @@ class LlamaLM:
                 parts.append(self._logits(len(chunk)).clone())  # the next chunk overwrites the buffer
         logits = self._logits(1 if last_only else n - sum(len(p) for p in parts))
         return torch.cat([*parts, logits]) if parts else logits
+
+    def _prime(self, cache: LlamaCache, tokens: list[int], last_only: bool) -> list[int]:
+        """A new cache's first forward: keep the previous chain's positions that hold the same tokens
+        (a prefill only, and never its last token, whose logits are returned); the rest leaves."""
+        cache.primed = True
+        shared = 0
+        if last_only:
+            limit = min(len(self._held), len(tokens) - 1)
+            while shared < limit and self._held[shared] == tokens[shared]:
+                shared += 1
+        self.llama.llama_memory_seq_rm(self._memory, cache.seq, shared, -1)
+        del self._held[shared:]
+        cache.chain = self.reused = shared
+        return tokens[shared:]
 
     def forward_features(self, *_: Any, **__: Any) -> Any:
         raise SpecliError(
@@ -296,6 +334,8 @@ class LlamaLM:
                 "Lower --tree.",
             )
         self._check(cache, n)
+        if not cache.primed:
+            self._prime(cache, [], last_only=False)
         own = [cache.free.pop() for _ in range(n)]
         memory, copy = self._memory, self.llama.llama_memory_seq_cp
         seen_tree = sees[:, chain:length].tolist()  # [n, cells]
@@ -303,7 +343,7 @@ class LlamaLM:
             copy(memory, cache.seq, s, -1, -1)
             for j, on in enumerate(seen_tree[i]):
                 if on:
-                    pos, cell = cache.tree[j]
+                    pos, cell, _ = cache.tree[j]
                     copy(memory, cell, s, pos, pos + 1)
         seen_batch = sees[:, length:].tolist()  # [n, n]: row m sees batch token i at [m][i]
         batch = self._batch
@@ -322,7 +362,7 @@ class LlamaLM:
                 self.llama.llama_memory_seq_rm(memory, s, -1, -1)
             cache.free += own
             raise
-        cache.tree += list(zip(where, own, strict=True))
+        cache.tree += list(zip(where, own, tokens, strict=True))
         return self._logits(n), None
 
     def keep(self, cache: LlamaCache, n: int, kept: list[int]) -> None:
@@ -332,15 +372,17 @@ class LlamaLM:
             raise NotImplementedError("llama.cpp trees keep a path out of the whole tree block only")
         start = len(cache.tree) - n
         for offset, index in enumerate(kept):
-            pos, cell = cache.tree[start + index]
+            pos, cell, token = cache.tree[start + index]
             if pos != cache.chain + offset:
                 raise NotImplementedError("the kept tree cells are not the chain's next positions")
             self.llama.llama_memory_seq_cp(self._memory, cell, cache.seq, pos, pos + 1)
+            if cache is self._live:
+                self._held[pos:] = [token]
         self._drop_tree(cache)
         cache.chain += len(kept)
 
     def _drop_tree(self, cache: LlamaCache) -> None:
-        for _, cell in cache.tree:
+        for _, cell, _ in cache.tree:
             self.llama.llama_memory_seq_rm(self._memory, cell, -1, -1)
             cache.free.append(cell)
         cache.tree = []
@@ -357,6 +399,8 @@ class LlamaLM:
         if n:
             self.llama.llama_memory_seq_rm(self._memory, cache.seq, cache.chain - n, -1)
             cache.chain -= n
+            if cache is self._live:
+                del self._held[cache.chain :]
 
     def settle(self, cache: LlamaCache) -> None:
         """Nothing to trim: the sliding-window cache is full-size."""
