@@ -15,7 +15,8 @@ OUT=docs/bench-real
 for model in smollm2-135m gemma3-270m; do
   for threads in 1 2; do
     THREADS=$threads bash scripts/llama_cpp.sh bench-engine "$model" --prompts "$OUT/engine-prompts.jsonl" \
-      --max-new-tokens 128 --json "$OUT/$model-engine-t$threads.json" > "$OUT/$model-engine-t$threads.txt"
+      --max-new-tokens 128 --json "$OUT/$model-engine-t$threads.json" > "$OUT/$model-engine-t$threads.txt" \
+      || echo "bench $model t$threads exited $? (its errors are in the report)" >&2
   done
 done
 python scripts/llama_costs.py --out "$OUT/llama-costs.json"

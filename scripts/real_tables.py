@@ -182,6 +182,15 @@ def drafters_llama_table(folder: Path) -> str:
     return "\n".join(lines)
 
 
+def _reports(folder: Path, kind: str):
+    """(model title, threads, report) of every committed `MODEL-KIND-tTHREADS.json`, in table order."""
+    for model, title in MODELS.items():
+        for threads in (1, 2):
+            report = _load(folder, f"{model}-{kind}-t{threads}")
+            if report is not None:
+                yield title, threads, report
+
+
 def _category_tps(report: dict, endpoint: str, category: str | None) -> float | None:
     """An endpoint's completion tokens over wall time, over one category's runs (None: all)."""
     runs = [
@@ -204,30 +213,26 @@ def engine_table(folder: Path) -> str:
         "| specli draft (× plain) | llama-server -md | draft / -md | peak RSS MiB |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for model, title in MODELS.items():
-        for threads in (1, 2):
-            report = _load(folder, f"{model}-engine-t{threads}")
-            if report is None:
-                continue
-            overall = report["summary"]["overall"]
-            plain, lookup, draft = overall["none"], overall.get("lookup"), overall.get("draft")
-            ours = plain["tokens_per_second"]
-            server = _category_tps(report, "llama-server plain", None)
-            ngram = _category_tps(report, "llama-server ngram", None)
-            md = _category_tps(report, "llama-server draft", None)
-            lk = "–"
-            if lookup:
-                lk = f"{lookup['tokens_per_second']:.1f} ({lookup['tokens_per_second'] / ours:.2f}×; "
-                lk += f"{lookup['acceptance_rate']:.2f}, {lookup['mean_acceptance_length']:.2f})"
-            lk_tps = lookup["tokens_per_second"] if lookup else None
-            dr_tps = draft["tokens_per_second"] if draft else None
-            dr = f"{dr_tps:.1f} ({dr_tps / ours:.2f}×)" if dr_tps else "–"
-            rss = report["environment"].get("peak_memory_bytes", 0) / 2**20
-            lines.append(
-                f"| {title} | {threads} | {ours:.1f} | {_f(server)} | {_ratio(ours, server)} | {lk} | "
-                f"{_f(ngram)} ({_ratio(ngram, server)}) | {_ratio(lk_tps, ngram)} | {dr} | {_f(md)} | "
-                f"{_ratio(dr_tps, md)} | {rss:.0f} |"
-            )
+    for title, threads, report in _reports(folder, "engine"):
+        overall = report["summary"]["overall"]
+        plain, lookup, draft = overall["none"], overall.get("lookup"), overall.get("draft")
+        ours = plain["tokens_per_second"]
+        server = _category_tps(report, "llama-server plain", None)
+        ngram = _category_tps(report, "llama-server ngram", None)
+        md = _category_tps(report, "llama-server draft", None)
+        lk = "–"
+        if lookup:
+            lk = f"{lookup['tokens_per_second']:.1f} ({lookup['tokens_per_second'] / ours:.2f}×; "
+            lk += f"{lookup['acceptance_rate']:.2f}, {lookup['mean_acceptance_length']:.2f})"
+        lk_tps = lookup["tokens_per_second"] if lookup else None
+        dr_tps = draft["tokens_per_second"] if draft else None
+        dr = f"{dr_tps:.1f} ({dr_tps / ours:.2f}×)" if dr_tps else "–"
+        rss = report["environment"].get("peak_memory_bytes", 0) / 2**20
+        lines.append(
+            f"| {title} | {threads} | {ours:.1f} | {_f(server)} | {_ratio(ours, server)} | {lk} | "
+            f"{_f(ngram)} ({_ratio(ngram, server)}) | {_ratio(lk_tps, ngram)} | {dr} | {_f(md)} | "
+            f"{_ratio(dr_tps, md)} | {rss:.0f} |"
+        )
     return "\n".join(lines)
 
 
@@ -238,22 +243,18 @@ def engine_category_table(folder: Path) -> str:
         "| lookup / llama-server n-gram |",
         "|---|---|---|---|---|---|---|",
     ]
-    for model, title in MODELS.items():
-        for threads in (1, 2):
-            report = _load(folder, f"{model}-engine-t{threads}")
-            if report is None:
+    for title, threads, report in _reports(folder, "engine"):
+        for category, rows in report["summary"].items():
+            if category == "overall":
                 continue
-            for category, rows in report["summary"].items():
-                if category == "overall":
-                    continue
-                plain = rows["none"]["tokens_per_second"]
-                lookup = rows.get("lookup", {}).get("tokens_per_second")
-                draft = rows.get("draft", {}).get("tokens_per_second")
-                ngram = _category_tps(report, "llama-server ngram", category)
-                lines.append(
-                    f"| {title} | {threads} | {category} | {plain:.1f} | {_ratio(lookup, plain)} | "
-                    f"{_ratio(draft, plain)} | {_ratio(lookup, ngram)} |"
-                )
+            plain = rows["none"]["tokens_per_second"]
+            lookup = rows.get("lookup", {}).get("tokens_per_second")
+            draft = rows.get("draft", {}).get("tokens_per_second")
+            ngram = _category_tps(report, "llama-server ngram", category)
+            lines.append(
+                f"| {title} | {threads} | {category} | {plain:.1f} | {_ratio(lookup, plain)} | "
+                f"{_ratio(draft, plain)} | {_ratio(lookup, ngram)} |"
+            )
     return "\n".join(lines)
 
 

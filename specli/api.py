@@ -162,7 +162,31 @@ def load(
         target_model, draft_model = _load_weights(models, placement, dev, fetcher)
         head_model = _load_head(head, target_model, fetcher) if head is not None else None
     apply_threads(threads, probe)
-    pair = Pair(
+    pair = _pair(
+        spec, wanted, models, tokenizer, (target_model, draft_model), placement=placement,
+        head=head_model, head_name=head.name if head is not None else None, compile=compile, lean=lean,
+    )  # fmt: skip
+    pair.later = _Later(spec, models[0], fetcher, dtype, progress) if spec is not None else None
+    k = pair.parallel_draft_tokens()
+    if draft is not None and k is not None:  # a drafter the preset did not pick brings its own k
+        pair.speculation = pair.speculation.model_copy(update={"num_draft_tokens": k})
+    if trees:
+        pair.speculation = pair.speculation.model_copy(update=trees)
+    return pair
+
+
+def _pair(
+    spec: Preset | None,
+    wanted: _Wanted,
+    models: list[ModelToLoad],
+    tokenizer: Any,
+    weights: tuple[Any, Any | None],
+    **options: Any,
+) -> Pair:
+    """The Pair of loaded `weights` (target, drafter or None) on either engine, with the preset's
+    generation and speculation settings (its k is its own strategy's); `options`: Pair's own."""
+    target_model, draft_model = weights
+    return Pair(
         target_model,
         tokenizer,
         draft_model,
@@ -170,21 +194,9 @@ def load(
         target_name=models[0].name,
         draft_name=models[1].name if draft_model is not None else None,
         generation=spec.generation if spec else None,
-        speculation=preset_speculation(spec) if spec else None,  # its k is its own strategy's
-        placement=placement,
-        head=head_model,
-        head_name=head.name if head is not None else None,
-        compile=compile,
-        lean=lean,
+        speculation=preset_speculation(spec) if spec else None,
+        **options,
     )
-    if spec is not None:
-        pair.later = _Later(spec, models[0], fetcher, dtype, progress)
-    k = pair.parallel_draft_tokens()
-    if draft is not None and k is not None:  # a drafter the preset did not pick brings its own k
-        pair.speculation = pair.speculation.model_copy(update={"num_draft_tokens": k})
-    if trees:
-        pair.speculation = pair.speculation.model_copy(update=trees)
-    return pair
 
 
 def choose_engine(
@@ -245,18 +257,8 @@ def _load_llama(
     apply_threads(threads, probe)
     target_model = llama_load.load_model(models[0].name, models[0].folder)
     draft_model = llama_load.load_model(models[1].name, models[1].folder) if len(models) > 1 else None
-    pair = Pair(
-        target_model,
-        tokenizer,
-        draft_model,
-        strategy=wanted.strategies[0],
-        target_name=models[0].name,
-        draft_name=models[1].name if draft_model is not None else None,
-        generation=spec.generation if spec else None,
-        speculation=preset_speculation(spec) if spec else None,
-    )
-    if spec is not None:
-        pair.later = _Later(spec, models[0], fetcher, None, progress)
+    pair = _pair(spec, wanted, models, tokenizer, (target_model, draft_model))
+    pair.later = _Later(spec, models[0], fetcher, None, progress) if spec is not None else None
     if trees:
         pair.speculation = pair.speculation.model_copy(update=trees)
     return pair

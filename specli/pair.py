@@ -352,13 +352,16 @@ class Pair:
         return drafter
 
     def describe_engine(self) -> str:
-        """The engine and what it runs, for a header line: "torch" or "llama.cpp (llama 135M Q4_1, 2
+        """The engine and what it runs, for a header line: "torch", or "llama.cpp (FILE.gguf, Q4_1, 94 MiB, 2
         threads)"."""
         if self.engine != engines.LLAMA:
             return self.engine
         import torch
 
-        return f"{self.engine} ({self.target_model.describe()}, {torch.get_num_threads()} threads)"
+        model = self.target_model
+        size = f"{model.file_size / 2**20:.0f} MiB"
+        threads = torch.get_num_threads()
+        return f"{self.engine} ({model.path.name}, {self.weights_dtype}, {size}, {threads} threads)"
 
     @property
     def weights_dtype(self) -> str:

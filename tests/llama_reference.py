@@ -1,7 +1,7 @@
 """llama.cpp's own one-token-at-a-time decoding of a GGUF file, written against the raw bindings and
 not through specli's `LlamaLM`: the reference the llama.cpp engine's outputs are held to. A context of
-its own (one sequence, no unified KV buffer, default flash attention), the prompt prefilled in one
-batch, then one `llama_decode` per generated token, greedy. Also: the exact next-token distribution of a
+its own (one sequence, no unified KV buffer, flash attention off as in the engine), the prompt but its
+last token prefilled in one batch, then one `llama_decode` per token, greedy. Also: the exact next-token distribution of a
 prefix (one fresh context per call) for the sampling tests.
 """
 
@@ -44,6 +44,7 @@ class Reference:
         params.n_batch = params.n_ubatch = 512
         params.n_threads = params.n_threads_batch = self.threads
         params.swa_full = True
+        params.flash_attn_type = self.L.LLAMA_FLASH_ATTN_TYPE_DISABLED  # the engine's attention kernels
         ctx = self.L.llama_init_from_model(self.model, params)
         assert ctx
         return ctx

@@ -113,8 +113,36 @@ def test_a_batch_scores_each_position_as_one_token_steps_do(pair):
     batched = lm.new_cache()
     lm.forward(ids[:4], batched, last_only=True)
     block = lm.forward(ids[4:], batched).clone()
-    assert torch.equal(block.argmax(-1), steps.argmax(-1))
-    assert (block - steps).abs().max() < 1e-3
+    assert torch.equal(block, steps)  # bitwise: the build and context settings make it so
+
+
+@pytest.fixture(scope="module")
+def kquant_lm(ggufs, tmp_path_factory):
+    """The tiny target requantized by llama.cpp to Q4_K_M (its K-quant matmuls have a tiled batch path)."""
+    from specli.models.llama_cpp.library import library
+    from specli.models.llama_cpp.lm import LlamaLM, LlamaModel
+
+    llama = library().llama
+    path = tmp_path_factory.mktemp("kquant") / "tiny-q4_k_m.gguf"
+    params = llama.llama_model_quantize_default_params()
+    params.ftype = llama.LLAMA_FTYPE_MOSTLY_Q4_K_M
+    assert llama.llama_model_quantize(str(ggufs["tiny-target"]).encode(), str(path).encode(), params) == 0
+    return LlamaLM(LlamaModel(path, path.name, None))
+
+
+@pytest.mark.parametrize("n", [2, 8, 17])
+def test_a_k_quant_batch_is_bitwise_one_token_steps(kquant_lm, n):
+    """Q4_K weights, a verify of n tokens: the very logits of n one-token steps. ggml's tiled K-quant
+    matmul (batches of 8 rows or more) rounds differently; the engine turns it off (GGML_CPU_TILED_MM)."""
+    lm = kquant_lm
+    ids = torch.arange(3, 3 + 24 + n)
+    one = lm.new_cache()
+    lm.forward(ids[:24], one, last_only=True)
+    steps = torch.stack([lm.forward(ids[i : i + 1], one)[0].clone() for i in range(24, 24 + n)])
+    batched = lm.new_cache()
+    lm.forward(ids[:3], batched, last_only=True)  # a different prefix: nothing is reused
+    lm.forward(ids[3:24], batched, last_only=True)
+    assert torch.equal(lm.forward(ids[24:], batched).clone(), steps)
 
 
 def test_a_rewind_leaves_what_a_fresh_cache_computes(pair):
@@ -346,3 +374,4 @@ def test_a_gguf_llama_cpp_cannot_read_is_one_line_and_leaves_nothing(ggufs, tmp_
     assert "cut.gguf" in result.output
     assert "Traceback" not in result.output
     assert not list((tmp_path / "cache").glob("llama-probe/*.ok"))
+    assert not list((tmp_path / "cache").glob("gguf/*"))  # the config and tokenizer it read: gone

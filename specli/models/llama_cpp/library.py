@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ CMAKE_ARGS = (
     "-DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'"
 )
 INSTALL = f'CMAKE_ARGS="{CMAKE_ARGS}" pip install "specli-decode[llama]"'
+TILED_MM = "GGML_CPU_TILED_MM"  # ggml-cpu's switch for its tiled K-quant matmul (see `library`)
 
 
 @dataclass
@@ -56,6 +58,11 @@ def library() -> Library:
     """The bindings, imported and initialised once per process; UsageError when they are missing."""
     if not available():
         raise missing_error()
+    # ggml's tiled K-quant matmul takes batches of 8 rows or more (Q4_K, Q6_K, ...) and rounds them
+    # differently from the one-row path single tokens take (logits off by up to 1.6 on Gemma 3 Q4_K_M):
+    # off, unless the user chose it (GGML_CPU_TILED_MM=1: faster K-quant batches, not exact). ggml reads
+    # it once, at its first matrix product; child processes (the probe) inherit it.
+    os.environ.setdefault(TILED_MM, "0")
     try:
         import llama_cpp as llama
     except ImportError as err:  # installed without its own dependencies, or a broken build

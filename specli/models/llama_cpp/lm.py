@@ -13,9 +13,9 @@ tokens that see it, so llama.cpp's per-sequence mask is exactly the tree's ances
 the chain's sequence to the accepted path's cells (their positions are chain, chain + 1, ...: prefix
 length + depth) and removes every tree sequence; a rewind of tree cells removes them all.
 
-Exactness. Built without llamafile's sgemm and the REPACK kernels (library.CMAKE_ARGS), with a
-full-size sliding-window cache (`swa_full`) and the same threads for batches as for single tokens, a
-batch of n scores each position as n one-token steps do (tests/test_llama_engine.py, docs/performance.md).
+Exactness. Built without llamafile's sgemm and the REPACK kernels (library.CMAKE_ARGS), without flash
+attention, with a full-size sliding-window cache (`swa_full`) and the same threads for batches as for
+single tokens, a batch of n scores each position as n one-token steps do (tests/test_llama_engine.py, docs/performance.md).
 """
 
 from __future__ import annotations
@@ -205,6 +205,9 @@ class LlamaLM:
         params.n_threads = params.n_threads_batch = threads  # one split for batches and single tokens
         params.kv_unified = True  # trees: one KV buffer the sequences share
         params.swa_full = True  # sliding-window layers keep every position: rewinds stay exact
+        # no flash attention: its one-query path splits the keys over the threads past 512 cells and its
+        # batch path tiles queries, so a batch would not score positions as one-token steps do
+        params.flash_attn_type = self.llama.LLAMA_FLASH_ATTN_TYPE_DISABLED
         params.no_perf = True
         ctx = self.llama.llama_init_from_model(self.model.ptr, params)
         if not ctx:

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from specli.errors import UsageError
+from specli.errors import ModelLoadError, UsageError
 from specli.models import sources
 from specli.models.llama_cpp.lm import LlamaModel
 
@@ -43,8 +43,23 @@ def load_model(name: str, folder: Path, *, converted_from: Any = None) -> LlamaM
     from specli.models.llama_cpp.probe import check_runs
 
     path = gguf_file(name) or converted(folder, name)
-    check_runs(path, name)
-    return LlamaModel(path, name, AutoConfig.from_pretrained(folder))
+    try:
+        check_runs(path, name)
+        return LlamaModel(path, name, AutoConfig.from_pretrained(folder))
+    except ModelLoadError:
+        _forget(folder)
+        raise
+
+
+def _forget(folder: Path) -> None:
+    """After llama.cpp refused a file: the config-and-tokenizer folder specli wrote of it goes too, so a
+    refused file leaves nothing in the cache (a dequantized folder, which transformers could read, stays)."""
+    import shutil
+
+    from specli.models.gguf_cache import cache_root
+
+    if folder.parent == cache_root() and folder.name.endswith("-meta"):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 CONVERTIBLE = ("llama", "qwen2", "qwen3", "gemma3_text")
