@@ -1,8 +1,8 @@
 """llama.cpp's own one-token-at-a-time decoding of a GGUF file, written against the raw bindings and
 not through specli's `LlamaLM`: the reference the llama.cpp engine's outputs are held to. A context of
 its own (one sequence, no unified KV buffer, flash attention off as in the engine), the prompt but its
-last token prefilled in one batch, then one `llama_decode` per token, greedy. Also: the exact next-token distribution of a
-prefix (one fresh context per call) for the sampling tests.
+last token prefilled in one batch, then one `llama_decode` per token, greedy. Also: the exact
+next-token distribution of a prefix (one fresh context per call) for the sampling tests.
 """
 
 from __future__ import annotations
