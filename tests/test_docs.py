@@ -174,15 +174,43 @@ def test_the_real_model_tables_are_the_committed_reports():
     for row in (card.summary_table(embedded) + "\n" + card.progress_table(embedded)).splitlines():
         assert row in models, row
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    for row in drafters[2:]:  # the README's drafter rows carry the same tokens/s
-        cells = [c.strip() for c in row.strip("|").split("|")]
-        plain, draft, eagle = cells[2], cells[3].split(" ")[0], cells[4].split(" ")[0]
-        assert f"| {cells[0]} | {cells[1]} | {plain} | {draft} " in readme, row
-        assert f" {eagle} " in readme, row
     for row in tables.lookup_table(folder).splitlines()[2:]:
         cells = [c.strip() for c in row.strip("|").split("|")]
         plain, lookup = cells[2], cells[3].split(" ")[0]
         assert f"| {cells[1]} | {plain} | {lookup} (" in readme, row
+
+
+def test_the_llama_engine_tables_are_the_committed_reports():
+    """docs/performance.md's llama.cpp-engine tables (overall, per category, v(n) by quantization type)
+    are what scripts/real_tables.py and scripts/llama_costs.py print from docs/bench-real/, every run
+    there (2 models x 2 thread counts, 9 categories, 6 types), and the README's rows carry the same
+    tokens/s (catches a figure edited by hand or a rerun whose reports were not committed)."""
+    import importlib.util
+
+    def script(name):
+        spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    import json
+
+    tables, costs = script("real_tables"), script("llama_costs")
+    folder = ROOT / "docs" / "bench-real"
+    performance = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+    engine = tables.engine_table(folder).splitlines()
+    categories = tables.engine_category_table(folder).splitlines()
+    verify = costs.table(json.loads((folder / "llama-costs.json").read_text())).splitlines()
+    assert (len(engine), len(categories), len(verify)) == (2 + 4, 2 + 4 * 9, 2 + 2 * 2 * 6)
+    for row in engine + categories + verify:
+        assert row in performance, row
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for row in engine[2:]:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        plain, server, lookup = cells[2], cells[3], cells[5].split(" ")[0]
+        assert f" | {cells[1]} | {plain} | {server} | {lookup} (" in readme, row
+    for report in folder.glob("*-engine-t*.json"):  # every strategy's output was plain decoding's
+        assert json.loads(report.read_text())["errors"] == [], report.name
 
 
 def test_the_token_tree_tables_are_the_committed_reports():
