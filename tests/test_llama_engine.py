@@ -375,3 +375,21 @@ def test_a_gguf_llama_cpp_cannot_read_is_one_line_and_leaves_nothing(ggufs, tmp_
     assert "Traceback" not in result.output
     assert not list((tmp_path / "cache").glob("llama-probe/*.ok"))
     assert not list((tmp_path / "cache").glob("gguf/*"))  # the config and tokenizer it read: gone
+
+
+def test_a_backend_that_crashes_is_one_line_naming_the_rebuild(ggufs, tmp_path, monkeypatch):
+    """The probe's child dies of SIGILL (an instruction the CPU lists but traps): the load is one
+    ModelLoadError naming the signal and the rebuild, not a dead process; no success is recorded."""
+    import signal
+
+    from specli.errors import ModelLoadError
+    from specli.models.llama_cpp import probe
+
+    monkeypatch.setenv("SPECLI_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(probe, "_CHILD", f"import os; os.kill(os.getpid(), {int(signal.SIGILL)})")
+    with pytest.raises(ModelLoadError) as caught:
+        probe.check_runs(ggufs["tiny-target"], "tiny.gguf")
+    message = str(caught.value)
+    assert "SIGILL" in message and "tiny.gguf" in message and "CMAKE_ARGS" in message
+    assert "--engine torch" in message and len(message.splitlines()) == 2
+    assert not list(tmp_path.glob("llama-probe/*.ok"))
