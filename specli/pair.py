@@ -351,6 +351,14 @@ class Pair:
                 )
         return drafter
 
+    def forget_prompts(self) -> None:
+        """Drop what the models' caches kept of earlier generations for reuse (the llama.cpp engine keeps
+        the last prompt's cells, as llama-server's prompt cache does): the next generation prefills its
+        whole prompt. Bench calls it before every run, so each run pays its own prefill."""
+        for lm in (self.target, self.draft):
+            if lm is not None:
+                lm.forget()
+
     def describe_engine(self) -> str:
         """The engine and what it runs, for a header line: "torch", or "llama.cpp (FILE.gguf, Q4_1, 94 MiB, 2
         threads)"."""

@@ -335,6 +335,9 @@ def test_a_tree_sweep_row_runs_the_whole_tree_at_the_settings_depth(monkeypatch)
         target = SimpleNamespace(device=SimpleNamespace(type="cpu"))
         engine = "torch"
 
+        def forget_prompts(self):
+            pass
+
         def warm_up(self, **kwargs):
             return 0.0
 

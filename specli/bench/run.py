@@ -213,6 +213,7 @@ def measure(
     output: list[int] = []
     device = pair.target.device
     pair.warm_up(prompt_ids=ids, settings=settings)  # compile (if ever) outside the clock
+    pair.forget_prompts()  # every run pays its own prefill (the engine may keep the last one's cells)
     graphs = compiled_graphs()
     synchronize(device)
     start = time.perf_counter()

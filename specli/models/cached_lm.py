@@ -154,6 +154,9 @@ class CachedLM:
 
     engine = "torch"
 
+    def forget(self) -> None:
+        """Nothing is kept between generations here (Pair.forget_prompts)."""
+
     def new_cache(self) -> AnyCache:
         """An empty cache for a new generation. Static: the model's one StaticCache back at position 0
         (a handle from an earlier generation stops working)."""

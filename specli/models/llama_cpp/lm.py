@@ -233,6 +233,10 @@ class LlamaLM:
         with contextlib.suppress(Exception):  # interpreter shutdown: the bindings may be gone already
             self._close()
 
+    def forget(self) -> None:
+        """The next generation reuses nothing of this one's cells (its first forward removes them)."""
+        self._held = []
+
     def cache_length(self, cache: LlamaCache) -> int:
         return cache.length
 
