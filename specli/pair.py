@@ -257,6 +257,7 @@ class Pair:
         an exit layer inside it. Fills exit_layer whenever the target can self-speculate."""
         if self.engine == engines.LLAMA:
             engines.check_strategies([settings.strategy])
+            engines.check_tree(settings.tree if entry(settings.strategy).drafts else 0)
         self._load_missing(settings.strategy)
         if self.compile:
             check_compile(settings.strategy)

@@ -22,7 +22,6 @@ TOKENS = 40
 CASES = {
     "none": {"strategy": "none"},
     "lookup": {"strategy": "lookup", "num_draft_tokens": 8, "fixed_k": True},
-    "lookup tree": {"strategy": "lookup", "num_draft_tokens": 4, "tree": 8, "fixed_k": True},
     "lookup, cost model": {"strategy": "lookup"},
 }
 PROMPTS = [

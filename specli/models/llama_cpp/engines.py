@@ -49,6 +49,19 @@ def check_strategies(strategies: Sequence[str]) -> None:
             )
 
 
+def check_tree(tree: int) -> None:
+    """UsageError, one line, for token trees on the llama.cpp engine. A tree round's kept cells stay
+    where the tree put them in llama.cpp's KV buffer, out of position order, and attention summed over
+    the cells in another order rounds differently: measured, greedy lookup trees left plain decoding's
+    output on 2 of 4 editing prompts (docs/design.md §15). Chains are exact."""
+    if tree > 0:
+        raise UsageError(
+            "--tree does not run on the llama.cpp engine: a tree's kept KV cells sit out of position "
+            "order there, and attention over them rounds unlike plain decoding.",
+            "Drop --tree (chains are exact on llama.cpp), or use --engine torch for trees.",
+        )
+
+
 def choose(engine: str, *, gguf_target: bool, strategies: Sequence[str], installed: bool) -> str:
     """The engine a load uses. auto: llama.cpp for a GGUF target when llama-cpp-python is installed and
     every strategy runs on it, else torch. llama.cpp asked outright: UsageError (exit 2) for a target
