@@ -474,18 +474,17 @@ class _Later:
         if named is None:
             return False
         model = ModelToLoad(named.model, dtype=self.dtype or named.dtype, quant=named.quantization)
-        llama = pair.engine == engines.LLAMA
-        device = pair.target.output_device if llama else CachedLM(pair.target_model).output_device
         with _progress_bars(self.progress, hub=self.fetcher.download_bars is None):
             model = replace(model, folder=self.fetcher.folder(model))
             head_formats.refuse_head_as_model(model.folder, model.name)
             tokenizer = self.fetcher.tokenizer(model)
             loading.check_tokenizers(pair.tokenizer, tokenizer, pair.target_name, model.name)
-            if llama:  # the drafter's GGUF (or specli's GGUF of it), mapped beside the target's
+            if pair.engine == engines.LLAMA:  # the drafter's GGUF (or specli's GGUF of it)
                 from specli.models.llama_cpp import load as llama_load
 
                 pair.attach(model.name, draft_model=llama_load.load_model(model.name, model.folder))
                 return True
+            device = CachedLM(pair.target_model).output_device
             needs = plan.estimate_needs([model], device, self.fetcher.trust_remote_code)
             plan.check_addition(needs or [], device, "specli.load(..., strategy='draft')")
             pair.attach(model.name, draft_model=_model_weights(model, device, self.fetcher, device=device))

@@ -191,12 +191,12 @@ class Pair:
         self.eos_ids = loading.eos_token_ids(target_model, tokenizer)
         self.max_positions = loading.model_max_positions(target_model)
         self.draft_max_positions = loading.model_max_positions(draft_model) if draft_model else None
-        self.engine = engines.LLAMA if isinstance(target_model, LlamaModel) else engines.TORCH
+        self.target = _cached_lm(target_model, target_name, self.max_positions, compile)
+        self.engine = self.target.engine  # "torch" or "llama.cpp"
         if self.engine == engines.LLAMA:
             engines.check_strategies([self.strategy])
             if compile:
                 raise UsageError("--compile is for the torch engine.", "Drop it, or use --engine torch.")
-        self.target = _cached_lm(target_model, target_name, self.max_positions, compile)
         self.draft = (
             _cached_lm(draft_model, draft_name or "the drafter", self.draft_max_positions, compile)
             if draft_model is not None
@@ -482,9 +482,10 @@ class Pair:
         block = max(k, settings.tree, settings.tree_width * k) if settings.tree else k
         wanted = prompt_length + settings.max_new_tokens + block + 1
         for lm, limit in ((self.target, self.max_positions), (self.draft, self.draft_max_positions)):
-            if lm is not None and (lm.static or isinstance(lm, LlamaLM)):  # a llama.cpp context's size
-                lm.reserve(min(wanted, limit + block + 2) if limit else wanted)
-            if lm is not None and lm.static:
+            if lm is None:
+                continue
+            lm.reserve(min(wanted, limit + block + 2) if limit else wanted)  # dynamic caches: a no-op
+            if lm.static:
                 lm.compiled_tokens = k + 1
 
     def warm_up(

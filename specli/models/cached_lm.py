@@ -70,6 +70,8 @@ class CachedLM:
     first call.
     """
 
+    engine = "torch"  # what evaluates the model (Pair.engine; the llama.cpp engine's LlamaLM says so too)
+
     def __init__(
         self, model: PreTrainedModel, static_length: int | None = None, compile: bool = False
     ) -> None:
@@ -151,8 +153,6 @@ class CachedLM:
         """Seconds of a forward of n tokens measured at load, for the draft-length cost model: None here
         (the torch engine's verify grows little with n on a CPU; the cost model measures as it goes)."""
         return None
-
-    engine = "torch"
 
     def forget(self) -> None:
         """Nothing is kept between generations here (Pair.forget_prompts)."""

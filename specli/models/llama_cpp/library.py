@@ -11,8 +11,7 @@ from typing import Any
 
 from specli.errors import UsageError
 
-PACKAGE = "llama-cpp-python"
-VERSION = "0.3.36"  # the version the engine was built and measured against (pyproject's `llama` extra)
+PACKAGE = "llama-cpp-python"  # pinned to 0.3.36, the version the engine was measured on (pyproject's `llama`)
 # This CPU family lists AMX but a VM may trap its instructions; llamafile's sgemm and the REPACK kernels
 # score a batch differently from one-token steps (docs/performance.md): the build the engine is exact on.
 CMAKE_ARGS = (

@@ -41,6 +41,10 @@ CONTEXT_STEP = 256
 VERIFY_LENGTHS = (1, 2, 3, 5, 9, 17)  # the forwards `verify_costs` times
 
 
+def _no_features() -> SpecliError:
+    return SpecliError("the llama.cpp engine gives no hidden states of inner layers.", "Use --engine torch.")
+
+
 class LlamaModel:
     """A GGUF file loaded by llama.cpp (`name`: as the user named it; `config`: the transformers config
     specli reads from the same file's metadata, for the context length and EOS ids)."""
@@ -61,12 +65,8 @@ class LlamaModel:
                 f"llama.cpp cannot load '{name}' ({self.path.name}): {last_log() or 'no reason given'}",
                 "Use --engine torch (transformers reads it), or check the file with `specli presets show`.",
             )
-        vocab = self.llama.llama_model_get_vocab(self._ptr)
-        self.vocab = vocab
-        self.vocab_size = int(self.llama.llama_vocab_n_tokens(vocab))
+        self.vocab_size = int(self.llama.llama_vocab_n_tokens(self.llama.llama_model_get_vocab(self._ptr)))
         self.context_length = int(self.llama.llama_model_n_ctx_train(self._ptr))
-        self.num_layers = int(self.llama.llama_model_n_layer(self._ptr))
-        self.hidden_size = int(self.llama.llama_model_n_embd(self._ptr))
         self.file_size = self.path.stat().st_size
 
     @property
@@ -278,8 +278,7 @@ class LlamaLM:
         if not cache.primed:
             tokens = self._prime(cache, tokens, last_only)
         n = len(tokens)
-        live = cache is self._live
-        if live:
+        if cache is self._live:
             self._held[cache.chain :] = tokens
         batch, seq, parts = self._batch, cache.seq, []
         for start in range(0, n, BATCH):
@@ -313,9 +312,7 @@ class LlamaLM:
         return tokens[shared:]
 
     def forward_features(self, *_: Any, **__: Any) -> Any:
-        raise SpecliError(
-            "the llama.cpp engine gives no hidden states of inner layers.", "Use --engine torch."
-        )
+        raise _no_features()
 
     def forward_masked(
         self,
@@ -328,7 +325,7 @@ class LlamaLM:
         """A tree forward (CachedLM.forward_masked): ids [n] at `positions` [n], each seeing the cache
         entries and batch tokens `visible` [n, length + n] allows (the whole chain, then its ancestors)."""
         if layers:
-            self.forward_features()
+            raise _no_features()
         tokens = [int(t) for t in ids.tolist()]
         where = [int(p) for p in positions.tolist()]
         n, length, chain = len(tokens), cache.length, cache.chain

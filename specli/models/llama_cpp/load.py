@@ -34,7 +34,7 @@ def gguf_file(name: str, tqdm_class: Any = None) -> Path | None:
     return source.path
 
 
-def load_model(name: str, folder: Path, *, converted_from: Any = None) -> LlamaModel:
+def load_model(name: str, folder: Path) -> LlamaModel:
     """A llama.cpp model for `name` (its config and tokenizer already read into `folder`): its own GGUF
     file, or, for a transformers folder, the GGUF specli writes of it once (`converted`). The file is
     checked once in a child process first (`probe`)."""
