@@ -11,6 +11,9 @@
 #   bash scripts/llama_cpp.sh bench-engine smollm2-135m|gemma3-270m [specli bench options]
 #                                     # specli's llama.cpp engine (plain, lookup; SmolLM2: its draft model
 #                                     # as a GGUF) beside llama-server plain, n-gram and -md, same files
+#   bash scripts/llama_cpp.sh bench-lookup smollm2-135m|gemma3-270m [specli bench options]
+#                                     # specli lookup on the llama.cpp engine beside llama-server plain
+#                                     # and n-gram drafting, same file
 #   bash scripts/llama_cpp.sh bench-drafters [specli bench options]
 #                                     # SmolLM2 with its trained draft model and EAGLE-3 head, beside
 #                                     # llama-server plain, -md (both converted to GGUF) and n-gram
@@ -150,6 +153,17 @@ bench_engine() {  # $1: smollm2-135m|gemma3-270m: specli's llama.cpp engine besi
     "${ENDPOINTS[@]}" --threads "$THREADS" "$@"
 }
 
+bench_lookup() {  # $1: smollm2-135m|gemma3-270m: specli lookup on the llama.cpp engine beside llama-server's
+  # plain decoding and n-gram drafting (ngram-simple, n 3, m 16), the very GGUF file
+  local model=$1; shift
+  local file
+  file=$("$PY" -c 'import sys; from specli.models.packaged import packaged_gguf; print(packaged_gguf(sys.argv[1]))' "$model")
+  start_servers "$file" 8192 "plain:--jinja" \
+    "ngram:--jinja --spec-type ngram-simple --spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 16"
+  specli bench --preset "$model" --engine llama.cpp --strategy none --strategy lookup "${ENDPOINTS[@]}" \
+    --threads "$THREADS" "$@"
+}
+
 case "${1:-}" in
   build) build ;;
   serve) shift; serve -md "$GGUF/tiny-draft.gguf" --spec-type draft-simple --spec-draft-n-max 4 "$@" ;;
@@ -157,6 +171,7 @@ case "${1:-}" in
   bench-real) shift; bench_real "$@" ;;
   bench-drafters) shift; bench_drafters "$@" ;;
   bench-engine) shift; bench_engine "$@" ;;
-  *) echo "usage: bash scripts/llama_cpp.sh build|serve|bench|bench-real MODEL|bench-drafters [specli bench options]" >&2
+  bench-lookup) shift; bench_lookup "$@" ;;
+  *) echo "usage: bash scripts/llama_cpp.sh build|serve|bench|bench-real MODEL|bench-engine MODEL|bench-lookup MODEL|bench-drafters [specli bench options]" >&2
      exit 2 ;;
 esac

@@ -258,6 +258,153 @@ def engine_category_table(folder: Path) -> str:
     return "\n".join(lines)
 
 
+# --------------------------------------------------------------------------- lookup against its peers
+# (scripts/lookup_bench.sh: MODEL-lookup-engine-tN, MODEL-lookup-engine-T0.7-t2, MODEL-lookup-torch-tN,
+# MODEL-lookup-specbench-t2)
+
+PLD_MODES = ("prompt lookup", DOCS_MODE)  # transformers' prompt lookup at k 16 (n-gram 3) and k 10
+
+
+def _lookup_reports(folder: Path, kind: str):
+    """(model title, label, report) of every lookup_bench.sh report of `kind`, in table order."""
+    for model, title in MODELS.items():
+        for label, name in (("1", "t1"), ("2", "t2"), ("2, T 0.7", "T0.7-t2")):
+            report = _load(folder, f"{model}-lookup-{kind}-{name}")
+            if report is not None:
+                yield title, label, report
+
+
+def _rate(row: dict | None) -> str:
+    """acc. rate (accepted / drafted) and τ (committed tokens per round) of a summary row."""
+    return "–" if not row else f"{row['acceptance_rate']:.2f}, {row['mean_acceptance_length']:.2f}"
+
+
+def _categories(report: dict) -> list[str]:
+    return [c for c in report["summary"] if c != "overall"]
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def lookup_engine_table(folder: Path) -> str:
+    """specli lookup on the llama.cpp engine beside llama-server's n-gram drafting, same file."""
+    lines = [
+        "| model | threads | specli plain | specli lookup (× plain; acc. rate, τ) | llama-server plain "
+        "| llama-server n-gram (× its plain; acc. rate) | lookup / n-gram | editing: lookup / n-gram "
+        "| lowest category: lookup × plain |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for title, label, report in _lookup_reports(folder, "engine"):
+        overall = report["summary"]["overall"]
+        plain, lookup = overall["none"]["tokens_per_second"], overall["lookup"]
+        server = _category_tps(report, "llama-server plain", None)
+        ngram = _category_tps(report, "llama-server ngram", None)
+        acc = endpoint_acceptance(report, "llama-server ngram")
+        ours = lookup["tokens_per_second"]
+        edit = report["summary"].get("editing", {}).get("lookup", {}).get("tokens_per_second")
+        lowest = min(
+            _categories(report),
+            key=lambda c: (
+                report["summary"][c]["lookup"]["tokens_per_second"]
+                / report["summary"][c]["none"]["tokens_per_second"]
+            ),
+        )
+        low = report["summary"][lowest]
+        low_ratio = low["lookup"]["tokens_per_second"] / low["none"]["tokens_per_second"]
+        lines.append(
+            f"| {title} | {label} | {plain:.1f} | {ours:.1f} ({ours / plain:.2f}×; {_rate(lookup)}) | "
+            f"{_f(server)} | {_f(ngram)} ({_ratio(ngram, server)}; {_f(acc, 2)}) | {_ratio(ours, ngram)} | "
+            f"{_ratio(edit, _category_tps(report, 'llama-server ngram', 'editing'))} | "
+            f"{low_ratio:.2f}× ({lowest}) |"
+        )
+    return "\n".join(lines)
+
+
+def lookup_torch_table(folder: Path) -> str:
+    """specli lookup on the torch engine beside transformers' prompt lookup (k 16 and k 10), same model."""
+    lines = [
+        "| model | threads | specli plain | specli lookup (× plain; acc. rate, τ) | transformers plain "
+        "| transformers prompt lookup k 16 / k 10 | lookup / its best | editing: lookup / its best "
+        "| mean over categories: lookup / its best | lowest category: lookup × plain |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for title, label, report in _lookup_reports(folder, "torch"):
+        summary, hf = report["summary"], report["transformers"]
+        plain, lookup = summary["overall"]["none"]["tokens_per_second"], summary["overall"]["lookup"]
+        ours = lookup["tokens_per_second"]
+        pld = [hf[m]["tokens_per_second"] for m in PLD_MODES]
+
+        def best(category: str, hf: dict = hf) -> float:
+            return max(hf[m]["by_category"][category]["tokens_per_second"] for m in PLD_MODES)
+
+        cats = _categories(report)
+        mean_ours = _mean([summary[c]["lookup"]["tokens_per_second"] for c in cats])
+        mean_pld = _mean([best(c) for c in cats])
+        lowest = min(
+            cats,
+            key=lambda c: summary[c]["lookup"]["tokens_per_second"] / summary[c]["none"]["tokens_per_second"],
+        )
+        low_ratio = (
+            summary[lowest]["lookup"]["tokens_per_second"] / summary[lowest]["none"]["tokens_per_second"]
+        )
+        lines.append(
+            f"| {title} | {label} | {plain:.1f} | {ours:.1f} ({ours / plain:.2f}×; {_rate(lookup)}) | "
+            f"{hf['plain']['tokens_per_second']:.1f} | {pld[0]:.1f} / {pld[1]:.1f} | "
+            f"{_ratio(ours, max(pld))} | "
+            f"{_ratio(summary['editing']['lookup']['tokens_per_second'], best('editing'))} | "
+            f"{_ratio(mean_ours, mean_pld)} | {low_ratio:.2f}× ({lowest}) |"
+        )
+    return "\n".join(lines)
+
+
+def lookup_category_table(folder: Path) -> str:
+    """Per category and run: lookup × plain on each engine, against llama-server's n-gram (llama.cpp
+    engine) and transformers' best prompt lookup (torch engine)."""
+    lines = [
+        "| model | threads | category | llama.cpp: lookup × plain | lookup / n-gram "
+        "| torch: lookup × plain | lookup / transformers' best |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    torch_runs = {(t, lb): r for t, lb, r in _lookup_reports(folder, "torch")}
+    for title, label, report in _lookup_reports(folder, "engine"):
+        other = torch_runs.get((title, label))
+        for c in _categories(report):
+            row = report["summary"][c]
+            ours = row["lookup"]["tokens_per_second"]
+            cells = [_ratio(ours, row["none"]["tokens_per_second"]),
+                     _ratio(ours, _category_tps(report, "llama-server ngram", c)), "–", "–"]  # fmt: skip
+            if other is not None and c in other["summary"]:
+                t = other["summary"][c]
+                best = max(other["transformers"][m]["by_category"][c]["tokens_per_second"] for m in PLD_MODES)
+                cells[2:] = [_ratio(t["lookup"]["tokens_per_second"], t["none"]["tokens_per_second"]),
+                             _ratio(t["lookup"]["tokens_per_second"], best)]  # fmt: skip
+            lines.append(f"| {title} | {label} | {c} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def specbench_table(folder: Path) -> str:
+    """Spec-Bench's categories (its first prompt of each) on the llama.cpp engine, 2 threads."""
+    lines = [
+        "| model | category | specli plain tok/s | lookup × plain (acc. rate, τ) "
+        "| lookup / llama-server n-gram |",
+        "|---|---|---|---|---|",
+    ]
+    for model, title in MODELS.items():
+        report = _load(folder, f"{model}-lookup-specbench-t2")
+        if report is None:
+            continue
+        for c in [*_categories(report), "overall"]:
+            row = report["summary"][c]
+            plain, ours = row["none"]["tokens_per_second"], row["lookup"]["tokens_per_second"]
+            ngram = _category_tps(report, "llama-server ngram", None if c == "overall" else c)
+            lines.append(
+                f"| {title} | {c} | {plain:.1f} | {ours / plain:.2f}× ({_rate(row['lookup'])}) | "
+                f"{_ratio(ours, ngram)} |"
+            )
+    return "\n".join(lines)
+
+
 def main() -> None:
     folder = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/bench-real")
     print(plain_table(folder), end="\n\n")
@@ -265,7 +412,11 @@ def main() -> None:
     print(drafters_table(folder), end="\n\n")
     print(drafters_llama_table(folder), end="\n\n")
     print(engine_table(folder), end="\n\n")
-    print(engine_category_table(folder))
+    print(engine_category_table(folder), end="\n\n")
+    print(lookup_engine_table(folder), end="\n\n")
+    print(lookup_torch_table(folder), end="\n\n")
+    print(lookup_category_table(folder), end="\n\n")
+    print(specbench_table(folder))
 
 
 if __name__ == "__main__":

@@ -725,15 +725,25 @@ def _gguf_steps(model: Model, stem: str, target_dir: str | None = None) -> tuple
     return steps, gguf
 
 
+NGRAM_SIMPLE_LONGEST = 8  # the longest --ngram-max exported as ngram-simple's exact n-gram size
+NGRAM_SIMPLE_SIZE = 3  # ... and the size a longer one (a longest-match bound) exports as
+
+
 def _llama_lookup(pair: ExportPair) -> tuple[list[str], list[str]]:
     """ngram-simple drafts --spec-ngram-simple-size-m tokens after a match of exactly
     --spec-ngram-simple-size-n tokens (common/ngram-map.cpp); --spec-draft-n-max does not apply to it
     (common/speculative.cpp, common_speculative_n_max)."""
     s = pair.settings
-    flags = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(s.ngram_max)]
+    size = s.ngram_max if s.ngram_max <= NGRAM_SIMPLE_LONGEST else NGRAM_SIMPLE_SIZE
+    flags = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(size)]
     flags += ["--spec-ngram-simple-size-m", str(pair.k)]
     notes = []
-    if s.ngram_min < s.ngram_max:
+    if size != s.ngram_max:
+        notes.append(
+            f"--ngram-max {s.ngram_max}: specli follows the longest match up to {s.ngram_max} tokens; "
+            f"ngram-simple matches exactly N tokens, so it gets N = {size} (a match that long is rare)."
+        )
+    elif s.ngram_min < s.ngram_max:
         notes.append(
             f"--ngram-min {s.ngram_min}: no counterpart in llama.cpp, whose ngram-simple matches exactly "
             f"{s.ngram_max} tokens (--ngram-max), never shorter n-grams."

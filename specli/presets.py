@@ -31,7 +31,16 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from specli.drafters.table import Model, Strategy, choices, either, entry, strategy_names, tree_strategies
+from specli.drafters.table import (
+    LOOKUP_NGRAM_MAX,
+    Model,
+    Strategy,
+    choices,
+    either,
+    entry,
+    strategy_names,
+    tree_strategies,
+)
 from specli.errors import PresetError
 
 PRESET_SUFFIXES = (".yaml", ".yml")
@@ -83,7 +92,7 @@ class SpeculationSpec(_Spec):
     fixed_k: bool = False  # draft num_draft_tokens every round (no per-round choice)
     draft_p_min: float = Field(0.0, ge=0, le=1)  # stop a draft at a token the drafter gives less than this
     ngram_min: int = Field(1, ge=1)
-    ngram_max: int = Field(3, ge=1)
+    ngram_max: int = Field(LOOKUP_NGRAM_MAX, ge=1)
     exit_layer: int | None = Field(None, ge=1)
     tree: int = Field(0, ge=0, le=MAX_TREE_NODES)  # token-tree nodes per round (0: a chain)
     tree_width: int = Field(2, ge=1, le=MAX_TREE_WIDTH)  # nodes expanded per depth, children per node
@@ -125,6 +134,8 @@ class Preset(_Spec):
     name: str = Field(min_length=1)
     description: str = ""
     strategy: str = Strategy.DRAFT.value  # a name in the strategy table (`_known_strategy`)
+    # why `strategy` is the default: what a committed bench measured (`presets show` prints it)
+    strategy_why: str = ""
     target: ModelSpec
     draft: ModelSpec | None = None
     head: ModelSpec | None = None  # an EAGLE head for `--strategy eagle` when the preset drafts otherwise

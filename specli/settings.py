@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from specli.drafters.table import Strategy, check_strategy, check_tree, entry, strategy_names
+from specli.drafters.table import (
+    LOOKUP_NGRAM_MAX,
+    Strategy,
+    check_strategy,
+    check_tree,
+    entry,
+    strategy_names,
+)
 from specli.errors import UsageError
 from specli.presets import (
     MAX_DRAFT_TOKENS,
@@ -93,7 +100,7 @@ class Settings:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     ngram_min: int = 1
-    ngram_max: int = 3
+    ngram_max: int = LOOKUP_NGRAM_MAX
     exit_layer: int | None = None
     chat: bool | None = None
     fixed_k: bool = False

@@ -16,7 +16,7 @@ from specli.drafters.draft_model import DraftModelDrafter
 from specli.drafters.eagle import EagleDrafter
 from specli.drafters.prompt_lookup import PromptLookupDrafter
 from specli.drafters.self_speculative import SelfSpeculativeDrafter
-from specli.engine.draft_length import PRIOR_ACCEPT, VERIFY_SLOPE, WARMUP_ROUNDS, DraftLength
+from specli.engine.draft_length import PLAIN_RETRY, PRIOR_ACCEPT, VERIFY_SLOPE, WARMUP_ROUNDS, DraftLength
 from specli.engine.events import expected_acceptance_length
 from specli.engine.loop import EngineConfig, generate_rounds
 from specli.engine.sampling import SamplingConfig
@@ -277,24 +277,47 @@ def test_a_draft_cut_by_the_threshold_still_samples_the_target_distribution():
 
 
 def test_acceptance_is_estimated_per_drafter_state():
-    """Lookup while copying a passage keeps everything; while searching, little: the copying state
-    drafts the maximum, the searching one less."""
+    """Lookup on a long match keeps everything; on a one-token match, little: the long match drafts
+    the maximum, the short one less."""
     length = DraftLength(8)
     for k in (8, 6, 4, 7, 5) * 6:
-        length.observe(k, k, 1e-5, 1e-3 * (1 + 0.1 * k), "copying")
-        length.observe(k, 0, 1e-5, 1e-3 * (1 + 0.1 * k), "searching")
-    assert length.choose(100, "copying") == (8, "cost model")
-    assert length.choose(100, "searching")[0] == 1
+        length.observe(k, k, 1e-5, 1e-3 * (1 + 0.1 * k), "match 16+")
+        length.observe(k, 0, 1e-5, 1e-3 * (1 + 0.1 * k), "match 1")
+    assert length.choose(100, "match 16+") == (8, "cost model")
+    assert length.choose(100, "match 1")[0] == 1
 
 
-def test_lookup_says_when_it_is_copying():
-    lookup = PromptLookupDrafter(1, 2)
-    lookup.reset([5, 6, 7, 8, 5, 6])
-    assert lookup.draft_state == "searching"
+def test_a_model_free_drafter_gets_plain_rounds_where_drafting_does_not_pay():
+    """skip (lookup): where every draft is rejected and a verify of two tokens costs 1.5 plain steps,
+    the round drafts nothing, PLAIN_RETRY rounds in a row, then drafts once to measure again; without
+    skip (a drafter whose model would have to catch up) it drafts one token; a state that copies
+    still drafts the maximum."""
+
+    def trained(skip: bool) -> DraftLength:
+        length = DraftLength(8, skip=skip)
+        for _ in range(30):
+            length.observe(1, 0, 1e-5, 1.5e-3, "match 1")
+            length.observe(8, 8, 1e-5, 1e-3 * (1 + 0.5 * 8), "match 16+")
+            length.observe(0, 0, 0.0, 1e-3, "no match")  # plain rounds: a one-token forward, 1 ms
+        return length
+
+    length = trained(skip=True)
+    choices = [length.choose(100, "match 1") for _ in range(PLAIN_RETRY + 1)]
+    assert choices[:PLAIN_RETRY] == [(0, "cost model: plain pays more")] * PLAIN_RETRY
+    assert choices[PLAIN_RETRY][0] >= 1  # the retry
+    assert length.choose(100, "match 16+") == (8, "cost model")
+    assert trained(skip=False).choose(100, "match 1") == (1, "cost model")
+
+
+def test_lookup_names_the_length_of_its_match():
+    """draft_state is the bucket of the suffix the next draft's first token is matched by."""
+    lookup = PromptLookupDrafter(1, 32)
+    lookup.reset([5, 6, 7, 8, 9, 5, 6])
+    assert lookup.draft_state == "match 2-3"  # "5 6"
     proposal = lookup.propose(2, SamplingConfig(), None)
     assert proposal.ids.tolist() == [7, 8]
-    lookup.commit(2, 5)  # both copied tokens kept
-    assert lookup.draft_state == "copying"
+    lookup.commit(2, 9)  # both copied tokens kept, and the target's next one continues the copy
+    assert lookup.draft_state == "match 4-7"  # "5 6 7 8 9"
     lookup.propose(3, SamplingConfig(), None)
-    lookup.commit(1, 9)  # the copy broke off
-    assert lookup.draft_state == "searching"
+    lookup.commit(0, 42)  # a token never seen before
+    assert lookup.draft_state == "no match"

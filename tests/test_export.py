@@ -868,3 +868,12 @@ def test_tree_options_through_the_cli():
     assert ngram.speculative_ngram_max_bfs_breadth == 3
     assert parse_sglang(export("sglang", "qwen2.5-7b-lookup")).speculative_ngram_max_bfs_breadth == 1
     assert invoke("vllm", "--tree", "-1").exit_code == 2
+
+
+def test_llama_cpp_lookup_maps_the_default_longest_match_to_a_3_gram():
+    """specli's default --ngram-max 32 bounds a longest match; ngram-simple matches exactly N tokens, so
+    it gets 3 (a 32-token exact match would hardly ever draft), and a note says so."""
+    result = export("llama.cpp", "qwen2.5-7b-lookup", num_draft_tokens=6)
+    args, _ = parse_llama(result)
+    assert args.spec_ngram_simple_size_n == 3
+    assert any("--ngram-max 32" in note for note in result.notes)

@@ -144,7 +144,7 @@ def test_defaults_fill(tmp_path):
     assert preset.description == "" and preset.notes == "" and preset.draft is None
     assert preset.target == ModelSpec(model="org/model", quantization="none", dtype="auto")
     assert preset.speculation == SpeculationSpec(
-        num_draft_tokens=4, ngram_min=1, ngram_max=3, exit_layer=None
+        num_draft_tokens=4, ngram_min=1, ngram_max=32, exit_layer=None
     )
     assert preset.generation == GenerationSpec(
         max_new_tokens=256, temperature=0.0, top_k=0, top_p=1.0, chat_template="auto"

@@ -117,16 +117,22 @@ def test_self_layers_below_exit_never_see_a_drafted_position_twice(tokenizer, ex
 
 # --------------------------------------------------------------------------- sampling distribution
 
-LOOKUP_PROMPT = [1, 5, 2, 4, 0, 1, 5, 2]  # the target gives the looked-up 4, 0 fair odds
+# "1 5 2" was followed by 4 (after "3 1 5 2") and by 6 (after "7 1 5 2", the latest): the passage the
+# longest match pins drafts 4 (then 0), where a 3-gram's latest follower would draft 6
+LOOKUP_PROMPT = [3, 1, 5, 2, 4, 0, 7, 1, 5, 2, 6, 6, 3, 1, 5, 2]
 RUNS = 2500
 
 
-def empirical_joint(target, make_drafter, prompt, cfg, k=2):
+def empirical_joint(target, make_drafter, prompt, cfg, k=2, first_draft=None, fixed_k=False):
+    """Counts of the first two tokens over RUNS seeds, and the share of drafted tokens accepted;
+    first_draft: what every first round must have drafted (a chain's ids, a tree's node tokens)."""
     counts, drafted, accepted = torch.zeros(V, V), 0, 0
     lm = CachedLM(target)
     for seed in range(RUNS):
-        config = EngineConfig(max_new_tokens=2, num_draft_tokens=k, sampling=cfg, seed=seed)
+        config = EngineConfig(max_new_tokens=2, num_draft_tokens=k, sampling=cfg, seed=seed, fixed_k=fixed_k)
         rounds = list(generate_rounds(lm, make_drafter(), prompt, config, StopCriteria(set())))
+        if first_draft is not None:
+            assert list(rounds[0].drafted) == first_draft
         tokens = [t for r in rounds for t in r.committed]
         counts[tokens[0], tokens[1]] += 1
         drafted += sum(len(r.drafted) for r in rounds)
@@ -139,16 +145,24 @@ def sampling_target():
     return make_model("llama", V, layers=3, hidden=32, seed=21, init_range=0.6, eos_token_id=None)
 
 
-@pytest.mark.parametrize("strategy", ["lookup", "self"])
+@pytest.mark.parametrize("strategy", ["lookup", "lookup tree", "self"])
 def test_sampling_follows_the_target_distribution(sampling_target, strategy):
+    """The G-test on the first two tokens; lookup drafts the passage its longest match pins (4: the
+    budget of two tokens leaves one draft), and as a tree also the branches the text took."""
     cfg = SamplingConfig(1.0, top_k=6)
+    first, fixed = None, False
     if strategy == "lookup":
-        prompt, make = LOOKUP_PROMPT, lambda: PromptLookupDrafter(1, 3)
+        prompt, make, first = LOOKUP_PROMPT, PromptLookupDrafter, [4]
+    elif strategy == "lookup tree":
+        prompt, fixed, first = LOOKUP_PROMPT, True, [4, 6]  # 6: after the shorter match "1 5 2"
+        make = lambda: PromptLookupDrafter(tree_size=4, tree_width=2)  # noqa: E731
     else:
         stack = LayerStack(sampling_target)
         prompt, make = [1, 5, 2, 7, 3], lambda: SelfSpeculativeDrafter(stack, 1)
     exact = exact_joint(sampling_target, cfg, prompt)
-    observed, acceptance = empirical_joint(sampling_target, make, prompt, cfg)
+    observed, acceptance = empirical_joint(
+        sampling_target, make, prompt, cfg, first_draft=first, fixed_k=fixed
+    )
     assert 0.05 < acceptance < 0.95  # both acceptances and rejections happen
     assert g_test_pvalue(observed, exact) > 1e-3
 

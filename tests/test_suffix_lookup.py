@@ -144,7 +144,7 @@ def test_drafter_proposes_the_index_draft_with_what_the_views_show():
     assert proposal.ids.tolist() == [7, 1, 2] and proposal.q is None and proposal.cut is None
     assert proposal.info == {"ngram": 2, "match_start": 3, "context_length": 12, "followed": 3, "chosen": 2}
     drafter.commit(1, 2)  # kept 7, then the target said 2: both enter the index
-    assert drafter.draft_state == "searching"
+    assert drafter.draft_state == "match 1"  # only "2" of the tail occurred before
     assert drafter.propose(2, SamplingConfig(), None).info == {
         "ngram": 1,
         "match_start": 11,
@@ -252,3 +252,39 @@ def test_a_loaded_pair_gives_lookup_its_k_and_keeps_the_presets_for_the_drafter(
     draft = specli.load()
     assert draft.settings().num_draft_tokens == 4
     assert draft.settings(strategy="lookup").num_draft_tokens == LOOKUP_DRAFT_TOKENS
+
+
+# --------------------------------------------------------------------------- following the passage
+
+
+def repeated_span_prompt(seed: int = 3) -> tuple[list[int], list[int]]:
+    """A prompt that holds a 40-token span and then starts it again (its first 5 tokens), and the span.
+    The span is drawn from 6 tokens, so its 3-grams also occur elsewhere followed by other tokens: only
+    a long match tells which passage is being repeated."""
+    rng = random.Random(seed)
+    span = [rng.randrange(6) for _ in range(40)]
+    filler = [rng.randrange(6) for _ in range(30)]
+    return filler[:15] + span + filler[15:] + span[:5], span
+
+
+def test_one_round_drafts_the_whole_remainder_of_a_repeated_span(tiny_target):
+    """Through the engine, one round at k = 35 drafts exactly the 35 tokens the span has left; matching
+    only 3-grams (the control) strays from it."""
+    from specli.engine.loop import EngineConfig, generate_rounds
+    from specli.engine.stopping import StopCriteria
+    from specli.models.cached_lm import CachedLM
+
+    prompt, span = repeated_span_prompt()
+    config = EngineConfig(max_new_tokens=36, num_draft_tokens=35, fixed_k=True)
+
+    def first_draft(drafter: PromptLookupDrafter) -> list[int]:
+        rounds = generate_rounds(CachedLM(tiny_target), drafter, prompt, config, StopCriteria(set()))
+        return list(next(iter(rounds)).drafted)
+
+    assert first_draft(PromptLookupDrafter()) == span[5:]
+    assert first_draft(PromptLookupDrafter(1, 3)) != span[5:]
+
+
+@pytest.fixture(scope="module")
+def tiny_target():
+    return make_model("llama", 16, layers=1, hidden=16, seed=5, eos_token_id=None)

@@ -688,6 +688,10 @@ def merge_summaries(
 
 
 TRANSFORMERS_DOCS_LOOKUP_TOKENS = 10  # prompt_lookup_num_tokens in transformers' generation docs
+# the longest n-gram transformers' prompt lookup matches beside specli's lookup: specli's --ngram-max up
+# to this (transformers tries every size from it down to 1 at every step, scanning the whole text each
+# time, and copies after the earliest occurrence, so a 32-token bound only slows it down)
+TRANSFORMERS_LOOKUP_NGRAM = 3
 
 
 def transformers_modes(
@@ -711,7 +715,7 @@ def transformers_modes(
         lookup = own.get("lookup", settings)
         modes["prompt lookup"] = {
             "prompt_lookup_num_tokens": lookup.num_draft_tokens,
-            "max_matching_ngram_size": lookup.ngram_max,
+            "max_matching_ngram_size": min(lookup.ngram_max, TRANSFORMERS_LOOKUP_NGRAM),
         }
         if lookup.num_draft_tokens != TRANSFORMERS_DOCS_LOOKUP_TOKENS:
             modes[f"prompt lookup (transformers docs: {TRANSFORMERS_DOCS_LOOKUP_TOKENS} tokens)"] = {
@@ -838,7 +842,8 @@ def _error_text(error: Exception) -> str:
 
 def transformers_results(measurements: list[Measurement]) -> dict[str, Any]:
     """The interleaved transformers runs (strategy HF_PREFIX + mode) -> {mode: tokens, elapsed_s (sum
-    of each prompt's median), tokens_per_second} or {mode: {"error": ...}}."""
+    of each prompt's median), tokens_per_second, by_category: {category: the same three}} or
+    {mode: {"error": ...}}."""
     results: dict[str, Any] = {}
     for m in measurements:
         if m.strategy.startswith(HF_PREFIX):
@@ -853,7 +858,13 @@ def transformers_results(measurements: list[Measurement]) -> dict[str, Any]:
         for m in runs:
             by_prompt.setdefault(m.prompt_id, []).append(m)
         medians = [_median_runs(v) for v in by_prompt.values()]
-        tokens = sum(len(m.output) for m in medians)
-        elapsed = sum(m.elapsed_s for m in medians)
-        out[name] = {"tokens": tokens, "elapsed_s": elapsed, "tokens_per_second": tokens / elapsed}
+        out[name] = _speed(medians)
+        categories = dict.fromkeys(m.category for m in medians)
+        out[name]["by_category"] = {c: _speed([m for m in medians if m.category == c]) for c in categories}
     return out
+
+
+def _speed(runs: list[Measurement]) -> dict[str, Any]:
+    tokens = sum(len(m.output) for m in runs)
+    elapsed = sum(m.elapsed_s for m in runs)
+    return {"tokens": tokens, "elapsed_s": elapsed, "tokens_per_second": tokens / elapsed}

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from specli.cli.prompt_input import check_text
-from specli.drafters.table import Model, Strategy, described, either, entry, tree_strategies
+from specli.drafters.table import LOOKUP_NGRAM_MAX, Model, Strategy, described, either, entry, tree_strategies
 from specli.errors import SpecliError, UsageError
 from specli.models import sources
 from specli.models.llama_cpp.engines import check_engine
@@ -104,8 +104,16 @@ DraftPMinOpt = Annotated[
         + _tiny_default("draft_p_min"),
     ),
 ]
-NgramMinOpt = Annotated[int | None, typer.Option(help="lookup: shortest n-gram to match (default 1).")]
-NgramMaxOpt = Annotated[int | None, typer.Option(help="lookup: longest n-gram to match (default 3).")]
+NgramMinOpt = Annotated[
+    int | None, typer.Option(help="lookup: shortest suffix to match, in tokens (default 1).")
+]
+NgramMaxOpt = Annotated[
+    int | None,
+    typer.Option(
+        help=f"lookup: longest suffix to match, in tokens (default {LOOKUP_NGRAM_MAX}): a long match "
+        "pins the passage a draft copies; 3 re-decides each token from a 3-gram."
+    ),
+]
 DraftTokensOpt = Annotated[
     int | None,
     typer.Option(

@@ -50,7 +50,7 @@ def _preset_row(entry: PresetEntry, free: Memory) -> list[str]:
 
 def _drafter_label(p: Any) -> str:
     if p.strategy == Strategy.LOOKUP:
-        return f"n-grams {p.speculation.ngram_max}..{p.speculation.ngram_min}"
+        return f"suffix match {p.speculation.ngram_min}..{p.speculation.ngram_max}"
     if p.strategy == Strategy.SELF:
         return f"exit layer {p.speculation.exit_layer}" if p.speculation.exit_layer else "early exit"
     return p.draft.model if p.draft else ""
@@ -140,4 +140,6 @@ def presets_show(
         else:
             data = preset_to_dict(preset)
             typer.echo(yaml.safe_dump(data, sort_keys=False, allow_unicode=True).rstrip())
+            if preset.strategy_why:
+                typer.echo(f"# why {preset.strategy}: {preset.strategy_why}")
             typer.echo(f"# {_memory_line(preset)}")

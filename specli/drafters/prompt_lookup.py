@@ -1,10 +1,18 @@
 """`lookup` strategy: prompt lookup through a suffix index of prompt + output. No model.
 
-Each draft token continues the longest suffix (between ngram_min and ngram_max tokens) of the text so
-far, drafts included, that occurred earlier in prompt + output: of the tokens that followed that suffix,
-the most frequent (ties: the most recent), as suffix decoding does. The text then grows by that token
-and the next one is matched the same way, so a draft follows an earlier passage while it repeats and
-switches to another where the repetition branches.
+A draft follows the passage the text is repeating. Its first token continues the longest suffix of the
+text (between ngram_min and ngram_max tokens, default 1 and 32) that occurred earlier in prompt + output:
+of the tokens that followed that suffix, the most frequent (ties: the most recent), as suffix decoding
+does. The text then grows by that token and the next one is matched the same way, so the matched
+suffix grows by one token a step along the occurrence being copied: once it is a few tokens long it
+occurs only in that passage, and the draft copies the passage token by token for as long as it goes
+on. Where earlier occurrences of the match disagree on what follows, the frequency statistics decide
+(and a tree branches there).
+
+How long a round drafts is the cost model's (specli/engine/draft_length.py), from acceptance measured
+per `draft_state`: the length of the suffix the first drafted token was matched by, in buckets
+(`MATCH_STATES`). A long match is a copy in progress and earns long drafts; a one-token match rarely
+continues and, where a verify of several tokens costs more than it commits, earns a plain round.
 
 Cost: committing a token is O(1) amortized plus at most ngram_max - ngram_min + 2 count updates (the
 work per token does not grow with the context); each drafted token is O(1) amortized. Memory is linear
@@ -14,18 +22,42 @@ rejected draft needs no rewind.
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from specli.drafters.suffix_index import Continuation, SuffixIndex
+from specli.drafters.table import LOOKUP_NGRAM_MAX
 from specli.engine.drafter import Drafter, Proposal
 from specli.engine.sampling import SamplingConfig
-from specli.engine.tree import ROOT, TreeGrowth, depths, subtree
+from specli.engine.tree import ROOT, TreeGrowth, subtree
 
 if TYPE_CHECKING:
     from specli.pair import Pair
     from specli.settings import Settings
+
+
+# draft_state by the length of the suffix the first drafted token was matched by: (shortest length, label)
+MATCH_STATES = ((16, "match 16+"), (8, "match 8-15"), (4, "match 4-7"), (2, "match 2-3"), (1, "match 1"))
+NO_MATCH = "no match"
+# each state's acceptance before its rounds are measured, from greedy continuations of the engine
+# bench's 12 prompts (SmolLM2-135M and Gemma 3 270M, 16 drafted a round: the first draft was kept in
+# 18-36 % of the rounds after a one-token match, 58-70 % after 2-3 tokens, 80-100 % after 4-15 and
+# 97-100 % after 16 or more, which kept 14 of 15 drafted tokens), rounded down: a one-token match
+# rarely continues, a long one nearly always.
+STATE_PRIORS = MappingProxyType(
+    {"match 1": 0.2, "match 2-3": 0.5, "match 4-7": 0.8, "match 8-15": 0.9, "match 16+": 0.95}
+)
+
+
+def match_state(length: int | None) -> str:
+    """The cost model's state for a draft whose first token was matched by a suffix of `length` tokens
+    (None: nothing matched)."""
+    for shortest, label in MATCH_STATES:
+        if length is not None and length >= shortest:
+            return label
+    return NO_MATCH
 
 
 def draft_info(drafted: list[Continuation], context_length: int) -> dict[str, Any]:
@@ -49,14 +81,21 @@ class PromptLookupDrafter(Drafter):
     """Deterministic proposals (q one-hot) from an incremental suffix index of prompt + output.
 
     When nothing matches it proposes nothing, and the engine takes a plain target step for that round.
-    `draft_state` is "copying" after a round that kept its whole draft, else "searching": the k
-    controller estimates acceptance per state (docs/design.md §11).
+    `draft_state` is the bucket of the current match's length (`match_state`): the k controller
+    estimates acceptance per state (docs/design.md §11). `model_free`: a round that drafts nothing costs
+    it nothing, so the controller may choose plain rounds where drafting does not pay.
     """
 
     name = "lookup"
+    model_free = True
+    state_priors = STATE_PRIORS
 
     def __init__(
-        self, ngram_min: int = 1, ngram_max: int = 3, tree_size: int = 0, tree_width: int = 2
+        self,
+        ngram_min: int = 1,
+        ngram_max: int = LOOKUP_NGRAM_MAX,
+        tree_size: int = 0,
+        tree_width: int = 2,
     ) -> None:
         self.ngram_min = ngram_min
         self.ngram_max = ngram_max
@@ -64,14 +103,17 @@ class PromptLookupDrafter(Drafter):
         self.tree_width = tree_width
         self._index = SuffixIndex(ngram_min, ngram_max)
         self._drafted: list[int] = []
-        self._tree_depth = 0  # the last tree's depth
-        self.draft_state = "searching"
 
     def reset(self, prompt_ids: list[int]) -> None:
         self._index = SuffixIndex(self.ngram_min, self.ngram_max)
         self._index.extend(list(prompt_ids))
         self._drafted = []
-        self.draft_state = "searching"
+
+    @property
+    def draft_state(self) -> str:
+        """The bucket of the length of the suffix the next draft's first token would be matched by."""
+        found = self._index.continuation(self._index.tail)
+        return match_state(found.length if found is not None else None)
 
     def propose(
         self, k: int, sampling: SamplingConfig, generator: torch.Generator | None, nodes: int = 0
@@ -107,7 +149,6 @@ class PromptLookupDrafter(Drafter):
         keep = growth.select(size)
         parents = subtree(growth.parents, keep)
         self._drafted = [growth.tokens[i] for i in keep]
-        self._tree_depth = max(depths(parents), default=0)
         info = draft_info(index.draft(1), len(index)) | {"tree": len(keep)}
         if not keep:
             return Proposal(torch.empty(0, dtype=torch.long), info=info, cut="match")
@@ -117,17 +158,14 @@ class PromptLookupDrafter(Drafter):
         )
 
     def commit(self, accepted: int, token: int) -> None:
-        self._commit(self._drafted[:accepted], token, bool(self._drafted) and accepted == len(self._drafted))
+        self._commit(self._drafted[:accepted], token)
 
     def commit_tree(self, path: list[int], token: int) -> None:
-        kept = [self._drafted[i] for i in path]
-        self._commit(kept, token, bool(kept) and len(kept) >= self._tree_depth)
+        self._commit([self._drafted[i] for i in path], token)
 
-    def _commit(self, kept: list[int], token: int, whole: bool) -> None:
-        """The kept drafts and `token` enter the index; `whole`: the draft was kept as deep as it went
-        (the text is copying)."""
+    def _commit(self, kept: list[int], token: int) -> None:
+        """The kept drafts and `token` enter the index."""
         self._index.extend(kept + [token])
-        self.draft_state = "copying" if whole else "searching"
         self._drafted = []
 
 

@@ -186,20 +186,31 @@ class SuffixIndex:
         return None
 
     def followers(self, match: Match, width: int) -> list[tuple[int, float]]:
-        """The `width` tokens that most often followed the longest suffix of the match (at least
-        ngram_min long) that anything followed, with their share of those occurrences, most frequent
-        first (its `continuation` token first among equals); [] when no such suffix exists. The branches
-        of a lookup tree (SuffixDecoding)."""
+        """Up to `width` tokens that followed suffixes of the match, with their weights: first those
+        that followed the longest suffix (at least ngram_min long) anything followed, most frequent
+        first (its `continuation` token first among equals), each weighted by its share of those
+        occurrences; then, while fewer than `width`, those that followed only shorter suffixes (where a
+        short match branched that the long one did not), weighted by their share there times the
+        longer suffix's escape estimate d / (n + d) (n occurrences, d distinct followers: PPM's method
+        C). [] when no suffix of at least ngram_min tokens was followed. The branches of a lookup tree
+        (SuffixDecoding)."""
+        found: list[tuple[int, float]] = []
+        seen: set[int] = set()
+        escape = 1.0  # the weight left for tokens only shorter suffixes were followed by
         state, length = match.state, match.length
-        while state != ROOT and length >= self.ngram_min:
+        while state != ROOT and length >= self.ngram_min and len(found) < width:
             best = self._best[state]
             if best is not None:
-                total = self._total[state]
-                ranked = sorted(self._follow[state].items(), key=lambda item: (-item[1], item[0] != best[0]))
-                return [(token, count / total) for token, count in ranked[:width]]
+                total, counts = self._total[state], self._follow[state]
+                ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0] != best[0]))
+                for token, count in ranked:
+                    if token not in seen and len(found) < width:
+                        found.append((token, escape * count / total))
+                        seen.add(token)
+                escape *= len(counts) / (total + len(counts))
             state = self._link[state]
             length = self._len[state]
-        return []
+        return found
 
     def draft(self, k: int, match: Match | None = None) -> list[Continuation]:
         """Up to k tokens continuing the text (from `match`, default the tail), each the most frequent

@@ -55,6 +55,10 @@ class Model(str, Enum):
 # nothing but verify width, and the per-round controller drafts less where they stop paying
 # (docs/strategies.md).
 LOOKUP_DRAFT_TOKENS = 16
+# lookup's longest suffix matched (--ngram-max's default): long enough that a match pins the passage
+# being repeated, so a draft follows that passage instead of re-deciding each token from a short n-gram
+# that occurs in many places (docs/strategies.md)
+LOOKUP_NGRAM_MAX = 32
 
 
 @dataclass(frozen=True)

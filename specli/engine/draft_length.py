@@ -11,9 +11,14 @@ with the tokens checked on a CPU, hardly on a GPU). The controller picks k in [1
 E(k) / cost(k). Any k is lossless: it only decides how many drafts the target judges.
 
 A drafter may name its state (`draft_state`, read before each round): acceptance is then estimated per
-state. Prompt lookup says "copying" after a round whose whole draft was accepted (the text is repeating
-an earlier passage, so the next copied tokens are likely right and a long draft pays, as suffix decoding
-argues) and "searching" otherwise.
+state. Prompt lookup names the length of the suffix its draft was matched by (a long match is a copy in
+progress, whose next tokens are likely right so a long draft pays, as suffix decoding argues; a
+one-token match rarely continues).
+
+Plain rounds: where a one-token forward's time is known (measured at load, the llama.cpp engine's
+`verify_prior`; or, for a drafter that drafts without a model, the running mean of its plain rounds,
+else the verify line at one token), a round drafts nothing when 1 / plain time beats the best k's
+expected rate, and every PLAIN_RETRY such rounds in a row one drafting round measures acceptance again.
 
 Whether a round drafts a token tree at all (a drafter that can, under --tree) is decided before it
 drafts, from what each kind of round delivered: the decayed committed tokens per second of the recent
@@ -35,7 +40,7 @@ Pure Python, no torch: the engine feeds it each round's k, times and outcome.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -156,6 +161,8 @@ class DraftLength:
 
     max_k: the most a round drafts (--num-draft-tokens). fixed: always max_k (--fixed-k). parallel: the
     drafter proposes all k in one forward, so before the fit knows better, drafting more costs nothing.
+    skip: rounds may draft nothing (k = 0) where a plain step pays more (a drafter that drafts without
+    a model: nothing to catch up after a plain round); a verify_prior allows it too.
     """
 
     max_k: int
@@ -164,6 +171,10 @@ class DraftLength:
     # seconds of a forward of n tokens, measured at load (LlamaLM.verify_costs): the verify line's prior,
     # and rounds may then draft nothing (k = 0, a plain step) where drafting does not pay
     verify_prior: dict[int, float] | None = None
+    skip: bool = False
+    # the pooled acceptance to start from per drafter state (the drafter's `state_priors`; a state not
+    # named starts from PRIOR_ACCEPT)
+    state_priors: Mapping[str, float] | None = None
     _plain_streak: int = 0
     _accepted: dict[str | None, list[float]] = field(default_factory=dict)  # per state: decayed counts
     _judged: dict[str | None, list[float]] = field(default_factory=dict)  # per state and position
@@ -188,10 +199,12 @@ class DraftLength:
 
     def accept_probs(self, state: str | None = None) -> list[float]:
         """a_1..a_max: the running estimate of P(draft j kept | drafts before it kept) in `state`; the
-        prior of each is the state's acceptance over all positions (PRIOR_ACCEPT before any)."""
+        prior of each is the state's acceptance over all positions (before any: the state's prior, else
+        PRIOR_ACCEPT)."""
         accepted, judged = self._counts(state)
         total = sum(judged)
-        prior = (sum(accepted) + PRIOR_ACCEPT * POOLED_WEIGHT) / (total + POOLED_WEIGHT)
+        start = (self.state_priors or {}).get(state, PRIOR_ACCEPT) if state is not None else PRIOR_ACCEPT
+        prior = (sum(accepted) + start * POOLED_WEIGHT) / (total + POOLED_WEIGHT)
         return [
             (acc + prior * PRIOR_WEIGHT) / (n + PRIOR_WEIGHT) for acc, n in zip(accepted, judged, strict=True)
         ]
@@ -226,7 +239,8 @@ class DraftLength:
         expected, times = self._expected(cap, state), self._costs.round_times(cap)
         rates = [(expected[k] / max(times[k - 1], 1e-12), k) for k in range(1, cap + 1)]
         best_rate, best = max(rates, key=lambda rate: (rate[0], -rate[1]))  # the smallest k on a tie
-        if self.verify_prior is not None and 1.0 / max(self._plain_time(), 1e-12) >= best_rate:
+        may_skip = self.skip or self.verify_prior is not None
+        if may_skip and 1.0 / max(self._plain_time(), 1e-12) >= best_rate:
             self._plain_streak += 1
             if self._plain_streak <= PLAIN_RETRY:  # then one drafting round, to measure acceptance again
                 return 0, "cost model: plain pays more"

@@ -14,6 +14,7 @@ target's hidden states from every target forward: EAGLE).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,7 +98,11 @@ class Drafter(ABC):
     - `parallel`: all k drafts come from one forward, so drafting more costs little (the draft-length
       controller reads it, docs/design.md §11).
     - `draft_state`: a label read before each round; acceptance is estimated per label (lookup's
-      "copying" / "searching"). None: one estimate.
+      match-length buckets, "match 1" .. "match 16+"). None: one estimate. `state_priors`: the
+      acceptance each state starts from before its rounds are measured (None: the controller's one).
+    - `model_free`: it drafts without a model (lookup), so a round that drafts nothing costs it nothing
+      later: the draft-length controller may then choose plain rounds (k = 0) on any engine, from the
+      measured cost of a one-token forward.
     - `feature_layers`: the target hidden states it drafts from (EAGLE-style heads), by transformers'
       `output_hidden_states` index (i is the input of layer i; the number of layers is the final
       output). Non-empty: the engine runs every target forward with them and calls
@@ -123,6 +128,8 @@ class Drafter(ABC):
     device: torch.device | None = None
     parallel: bool = False
     draft_state: str | None = None
+    state_priors: Mapping[str, float] | None = None
+    model_free: bool = False
     feature_layers: tuple[int, ...] = ()
     shares_target_cache: bool = False
     tree_size: int = 0

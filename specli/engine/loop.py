@@ -77,7 +77,13 @@ def generate_rounds(
     if drafter is not None:
         trees = trees if trees is not None else TreeChoice()
         length = DraftLength(
-            config.num_draft_tokens, config.fixed_k, drafter.parallel, verify_prior=prior, trees=trees
+            config.num_draft_tokens,
+            config.fixed_k,
+            drafter.parallel,
+            verify_prior=prior,
+            skip=drafter.model_free,
+            state_priors=drafter.state_priors,
+            trees=trees,
         )
 
     for index in range(config.max_new_tokens):
