@@ -158,8 +158,10 @@ bench_lookup() {  # $1: smollm2-135m|gemma3-270m: specli lookup on the llama.cpp
   local model=$1; shift
   local file
   file=$("$PY" -c 'import sys; from specli.models.packaged import packaged_gguf; print(packaged_gguf(sys.argv[1]))' "$model")
-  start_servers "$file" 8192 "plain:--jinja" \
-    "ngram:--jinja --spec-type ngram-simple --spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 16"
+  # --no-cache-prompt: every request pays its own prefill, as every specli run does (bench clears the
+  # engine's cells before each); else the warm-up's prompt and every repeat would skip it on the server
+  start_servers "$file" 8192 "plain:--jinja --no-cache-prompt" \
+    "ngram:--jinja --no-cache-prompt --spec-type ngram-simple --spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 16"
   specli bench --preset "$model" --engine llama.cpp --strategy none --strategy lookup "${ENDPOINTS[@]}" \
     --threads "$THREADS" "$@"
 }

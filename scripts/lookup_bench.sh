@@ -2,16 +2,18 @@
 # Prompt lookup against its peers (docs/performance.md, "Prompt lookup against its peers"), one
 # `specli bench` run per row, each interleaving its strategies prompt by prompt:
 #   engine  specli --engine llama.cpp (plain, lookup) beside llama-server plain and n-gram drafting on the
-#           same GGUF file: both models, 1 and 2 threads, greedy; T = 0.7 at 2 threads
+#           same GGUF file: both models, 1 and 2 threads, greedy, each prompt's median of REPEATS (2; the
+#           committed SmolLM2 runs: 1)
 #   torch   specli --engine torch (plain, lookup) beside transformers' generate() plain and prompt lookup
-#           (k 16 n-gram 3, and its docs' k 10): both models, 1 and 2 threads, greedy
+#           (k 16 n-gram 3, and its docs' k 10): both models, 2 threads (TORCH_THREADS), greedy
+#   sampled the engine runs at T = 0.7, 2 threads
 #   spec    Spec-Bench's question.jsonl (../shared/data/spec_bench), the first prompt of each of its 13
 #           categories, on the llama.cpp engine beside llama-server, 2 threads, greedy
 # The bench prompts are docs/bench-real/engine-prompts.jsonl (12 prompts of 9 categories: the code set's
 # first two of each category, the chat set's first of each), 128 new tokens.
 #
 #   bash scripts/llama_cpp.sh build           # llama-server from source (once, ~15 min on 2 cores)
-#   bash scripts/lookup_bench.sh [engine|torch|spec ...]   # all three by default, ~60 min
+#   bash scripts/lookup_bench.sh [engine|torch|sampled|spec ...]   # all four by default, ~55 min
 #   python scripts/real_tables.py             # the tables
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,31 +24,34 @@ run() {  # $1: report name; the rest: the command
   local name=$1; shift
   "$@" --json "$OUT/$name.json" > "$OUT/$name.txt" || echo "bench $name exited $? (see $OUT/$name.txt)" >&2
 }
-for part in "${@:-engine torch spec}"; do
+for part in "${@:-engine torch sampled spec}"; do
   for p in $part; do
     case $p in
       engine)
         for model in smollm2-135m gemma3-270m; do
           for threads in 1 2; do
             THREADS=$threads run "$model-lookup-engine-t$threads" bash scripts/llama_cpp.sh bench-lookup "$model" \
-              --prompts "$PROMPTS" --max-new-tokens 128
+              --prompts "$PROMPTS" --max-new-tokens 128 --repeats "${REPEATS:-2}"
           done
-          THREADS=2 run "$model-lookup-engine-T0.7-t2" bash scripts/llama_cpp.sh bench-lookup "$model" \
-            --prompts "$PROMPTS" --max-new-tokens 128 --temperature 0.7 --seed 0
         done ;;
       torch)
         for model in smollm2-135m gemma3-270m; do
-          for threads in 1 2; do
+          for threads in ${TORCH_THREADS:-2}; do
             run "$model-lookup-torch-t$threads" specli bench --preset "$model" --engine torch --strategy none \
               --strategy lookup --compare-hf --threads "$threads" --prompts "$PROMPTS" --max-new-tokens 128
           done
+        done ;;
+      sampled)
+        for model in smollm2-135m gemma3-270m; do
+          THREADS=2 run "$model-lookup-engine-T0.7-t2" bash scripts/llama_cpp.sh bench-lookup "$model" \
+            --prompts "$PROMPTS" --max-new-tokens 128 --temperature 0.7 --seed 0
         done ;;
       spec)
         for model in smollm2-135m gemma3-270m; do
           THREADS=2 run "$model-lookup-specbench-t2" bash scripts/llama_cpp.sh bench-lookup "$model" \
             --prompts "$SPEC" --limit 1 --max-new-tokens 128
         done ;;
-      *) echo "unknown part $p (engine, torch or spec)" >&2; exit 2 ;;
+      *) echo "unknown part $p (engine, torch, sampled or spec)" >&2; exit 2 ;;
     esac
   done
 done

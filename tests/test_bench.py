@@ -338,7 +338,7 @@ def test_compare_hf_times_transformers_modes(tiny_pair, tmp_path):
     assert {"plain", "assisted", "assisted (transformers defaults)", "prompt lookup"} <= set(hf)
     for mode in ("plain", "assisted", "prompt lookup"):
         assert hf[mode]["tokens"] > 0 and hf[mode]["tokens_per_second"] > 0, hf[mode]
-        assert hf[mode]["by_category"] == {"prompts": {k: hf[mode][k] for k in ("tokens", "elapsed_s",
+        assert hf[mode]["by_category"] == {"default": {k: hf[mode][k] for k in ("tokens", "elapsed_s",
                                                        "tokens_per_second")}}  # fmt: skip
     assert "specli / transformers" in result.stdout
     # transformers' runs take turns with specli's (drift hits both alike), counted in the same stage

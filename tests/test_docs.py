@@ -173,11 +173,6 @@ def test_the_real_model_tables_are_the_committed_reports():
     embedded = ROOT / "specli" / "embedded"
     for row in (card.summary_table(embedded) + "\n" + card.progress_table(embedded)).splitlines():
         assert row in models, row
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    for row in tables.lookup_table(folder).splitlines()[2:]:
-        cells = [c.strip() for c in row.strip("|").split("|")]
-        plain, lookup = cells[2], cells[3].split(" ")[0]
-        assert f"| {cells[1]} | {plain} | {lookup} (" in readme, row
 
 
 def test_the_llama_engine_tables_are_the_committed_reports():
@@ -207,10 +202,42 @@ def test_the_llama_engine_tables_are_the_committed_reports():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     for row in engine[2:]:
         cells = [c.strip() for c in row.strip("|").split("|")]
-        plain, server, lookup = cells[2], cells[3], cells[5].split(" ")[0]
-        assert f" | {cells[1]} | {plain} | {server} | {lookup} (" in readme, row
+        plain, server, draft, md = cells[2], cells[3], cells[8].split(" ")[0], cells[9]
+        assert f" | {cells[1]} | {plain} | {server} | {draft} " in readme and f" | {md} |" in readme, row
     for report in folder.glob("*-engine-t*.json"):  # every strategy's output was plain decoding's
         assert json.loads(report.read_text())["errors"] == [], report.name
+
+
+def test_the_lookup_tables_are_the_committed_reports():
+    """docs/performance.md's tables of lookup against its peers (llama.cpp engine beside llama-server's
+    n-gram, torch engine beside transformers' prompt lookup, per category, Spec-Bench) are what
+    scripts/real_tables.py prints from docs/bench-real/*-lookup-*.json, every run there, the README's
+    rows carry the same figures, and every greedy run's outputs were plain decoding's."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("real_tables", ROOT / "scripts" / "real_tables.py")
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    folder = ROOT / "docs" / "bench-real"
+    performance = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+    engine = tables.lookup_engine_table(folder).splitlines()
+    torch_rows = tables.lookup_torch_table(folder).splitlines()
+    categories = tables.lookup_category_table(folder).splitlines()
+    spec_bench = tables.specbench_table(folder).splitlines()
+    # 2 models x (1, 2 threads greedy + 2 threads at T = 0.7); torch: 2 models at 2 threads
+    assert (len(engine), len(torch_rows), len(categories)) == (2 + 6, 2 + 2, 2 + 6 * 9)
+    assert len(spec_bench) == 2 + 2 * 14  # 13 Spec-Bench categories and overall, per model
+    for row in engine + torch_rows + categories + spec_bench:
+        assert row in performance, row
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for row in engine[2:]:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert f"| {cells[1]} | {cells[3].split(' (')[0]} | {cells[6]} | {cells[7]} |" in readme, row
+    for report in folder.glob("*-lookup-*.json"):
+        data = json.loads(report.read_text())
+        if data["settings"].get("temperature", 0) == 0:
+            assert data["errors"] == [], report.name
 
 
 def test_the_token_tree_tables_are_the_committed_reports():
@@ -239,3 +266,36 @@ def test_the_token_tree_tables_are_the_committed_reports():
             assert row in performance, row
             rows += 1
     assert rows > 6 * 5
+
+
+def test_a_real_model_preset_defaults_to_its_fastest_measured_strategy():
+    """Each real-model preset runs by default the strategy its committed benches on the llama.cpp engine
+    (docs/bench-real/PRESET-*engine-t*.json, every strategy against plain decoding in the same run)
+    measured fastest on average over all categories, and `presets show` says why, naming those
+    reports (catches a preset left on a slower strategy, or a why no report backs)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from specli.cli import app
+    from specli.drafters.table import strategy_names
+    from specli.presets import resolve_preset
+
+    for name in ("smollm2-135m", "gemma3-270m"):
+        speedups: dict[str, list[float]] = {}
+        reports = sorted((ROOT / "docs" / "bench-real").glob(f"{name}-*engine-t*.json"))
+        assert reports, name
+        for report in reports:
+            overall = json.loads(report.read_text())["summary"]["overall"]
+            plain = overall["none"]["tokens_per_second"]
+            for strategy, row in overall.items():
+                if strategy in strategy_names():  # not the servers' rows
+                    speedups.setdefault(strategy, []).append(row["tokens_per_second"] / plain)
+        mean = {strategy: sum(v) / len(v) for strategy, v in speedups.items()}
+        preset = resolve_preset(name)
+        assert preset.strategy == max(mean, key=mean.__getitem__), (name, mean)
+        shown = CliRunner().invoke(app, ["presets", "show", name])
+        assert shown.exit_code == 0, shown.output
+        assert f"# why {preset.strategy}: " in shown.stdout
+        for report in reports:
+            assert report.stem.removeprefix(name) in preset.strategy_why.replace("\n", " "), report.name

@@ -321,3 +321,18 @@ def test_lookup_names_the_length_of_its_match():
     lookup.propose(3, SamplingConfig(), None)
     lookup.commit(0, 42)  # a token never seen before
     assert lookup.draft_state == "no match"
+
+
+def test_state_priors_set_the_first_rounds_of_each_state():
+    """Before any round of a state is measured, its acceptance is the drafter's prior for it: lookup's
+    long match drafts far more at once than its one-token match (verify costs known from load), and a
+    state it does not name starts from PRIOR_ACCEPT."""
+    from specli.drafters.prompt_lookup import STATE_PRIORS
+
+    costs = {n: 1e-3 * (1 + 0.4 * (n - 1)) for n in range(1, 18)}  # a CPU's nearly linear verify
+    length = DraftLength(16, verify_prior=costs, state_priors=STATE_PRIORS)
+    assert length.accept_probs("match 16+")[0] == pytest.approx(STATE_PRIORS["match 16+"])
+    assert length.accept_probs("other")[0] == pytest.approx(PRIOR_ACCEPT)
+    long, short = length.choose(100, "match 16+")[0], length.choose(100, "match 1")[0]
+    assert long >= 5 and short == 0  # a one-token match is not worth a two-token verify here
+    assert DraftLength(16, verify_prior=costs).choose(100, "match 16+")[0] < long  # the 0.7 prior

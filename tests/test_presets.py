@@ -625,7 +625,7 @@ def test_show_names_the_context_its_estimate_plans_for(name, tokens):
 @pytest.mark.parametrize(
     ("name", "target", "strategy", "draft", "chat"),
     [
-        ("smollm2-135m", "package:smollm2-135m", "draft", "embedded:smollm2-135m-draft", "on"),
+        ("smollm2-135m", "package:smollm2-135m", "lookup", "embedded:smollm2-135m-draft", "on"),
         ("smollm2-135m-eagle3", "package:smollm2-135m", "eagle", "embedded:smollm2-135m-eagle3", "on"),
         ("gemma3-270m", "package:gemma3-270m", "lookup", None, "off"),
     ],
