@@ -53,7 +53,8 @@ def test_the_embedded_drafters_are_float16_and_fit_the_budget():
 
 def test_the_presets_pair_smollm2_with_its_drafters():
     draft = resolve_preset("smollm2-135m")
-    assert (draft.strategy, draft.target.model) == ("draft", "package:smollm2-135m")
+    # lookup by default (its fastest measured strategy: test_docs), the draft model on --strategy draft
+    assert (draft.strategy, draft.target.model) == ("lookup", "package:smollm2-135m")
     assert draft.draft.model == f"embedded:{DRAFT}" and draft.eagle_head.model == f"embedded:{HEAD}"
     eagle = resolve_preset("smollm2-135m-eagle3")
     assert (eagle.strategy, eagle.target.model, eagle.draft.model) == (
@@ -91,7 +92,7 @@ def _smollm2_or_skip() -> None:
                                                         ("smollm2-135m-eagle3", HEAD, "eagle3")])  # fmt: skip
 def test_vllm_and_sglang_load_the_embedded_files(preset, name, method):
     _smollm2_or_skip()
-    pair = ex.resolve_pair(preset)
+    pair = ex.resolve_pair(preset, strategy="draft" if preset == "smollm2-135m" else None)
     vllm = ex.export("vllm", pair, ex.ServeOptions())
     config = json.loads(vllm.argv[vllm.argv.index("--speculative-config") + 1])
     assert (config["method"], config["model"], config["num_speculative_tokens"]) == (
@@ -111,7 +112,7 @@ def test_llama_cpp_converts_the_draft_model_and_the_head_with_a_target_folder():
     """The draft model converts as a folder; the head with --target-model-dir naming a folder of SmolLM2
     (config, tokenizer: what the converter reads), never the .gguf file itself."""
     _smollm2_or_skip()
-    draft = ex.export("llama.cpp", ex.resolve_pair("smollm2-135m"), ex.ServeOptions())
+    draft = ex.export("llama.cpp", ex.resolve_pair("smollm2-135m", strategy="draft"), ex.ServeOptions())
     convert = next(step for step in draft.steps if "convert_hf_to_gguf.py" in step)
     assert convert[2] == str(EMBEDDED / DRAFT)
     assert draft.argv[draft.argv.index("-md") + 1] == convert[convert.index("--outfile") + 1]

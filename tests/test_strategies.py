@@ -132,7 +132,7 @@ def empirical_joint(target, make_drafter, prompt, cfg, k=2, first_draft=None, fi
         config = EngineConfig(max_new_tokens=2, num_draft_tokens=k, sampling=cfg, seed=seed, fixed_k=fixed_k)
         rounds = list(generate_rounds(lm, make_drafter(), prompt, config, StopCriteria(set())))
         if first_draft is not None:
-            assert list(rounds[0].drafted) == first_draft
+            assert sorted(rounds[0].drafted) == sorted(first_draft)  # a tree's nodes in any order
         tokens = [t for r in rounds for t in r.committed]
         counts[tokens[0], tokens[1]] += 1
         drafted += sum(len(r.drafted) for r in rounds)
