@@ -22,7 +22,6 @@ from typing import Any
 
 import torch
 
-from specli.drafters.table import Model, Strategy, check_compile, entry
 from specli.errors import UsageError
 from specli.models import head_formats, loading, plan
 from specli.models.cached_lm import CachedLM
@@ -34,6 +33,7 @@ from specli.models.plan import ModelToLoad
 from specli.pair import Pair
 from specli.presets import Preset, resolve_preset
 from specli.settings import check_strategy, preset_speculation, resolve_settings
+from specli.strategies import Model, Strategy, check_compile, entry
 from specli.threads import AUTO, BusyProbe, apply_threads
 
 DEFAULT_PRESET = "tiny"

@@ -28,13 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from specli.drafters.table import Strategy
 from specli.errors import UsageError
 from specli.models import sources
 from specli.models.model_dirs import EMBEDDED_PREFIX
 from specli.models.sources import MASK_TOKEN_KEYS
 from specli.presets import ModelSpec, Preset, resolve_preset
 from specli.settings import Settings, check_strategy, resolve_settings
+from specli.strategies import Strategy
 from specli.wording import count
 
 ENGINES = ("vllm", "sglang", "llama.cpp")
@@ -378,7 +378,7 @@ def _refuse(engine: str, what: str) -> UsageError:
 
 
 def _check_runs(engine: str, pair: ExportPair) -> None:
-    """Refuse what the engine cannot run (GUIDE §5b: no serving engine runs LayerSkip self-speculation;
+    """Refuse what the engine cannot run (docs/serving.md: no serving engine runs LayerSkip self-speculation;
     only vLLM runs parallel drafting; llama.cpp has no EAGLE-1)."""
     if pair.strategy == Strategy.SELF:
         raise _refuse(engine, "self-speculation (strategy self: no serving engine runs LayerSkip early exit)")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from specli.drafters.table import Model, entry
+from specli.strategies import Model, entry
 
 if TYPE_CHECKING:
     from specli.settings import Settings

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Protocol
 
+from specli.drafters.context import DraftContext, build_drafter
 from specli.drafters.draft_model import PARALLEL_K_DEFAULT, parallel_draft_tokens
-from specli.drafters.table import Model, Strategy, check_compile, entry
 from specli.engine.draft_length import TreeChoice
 from specli.engine.drafter import Drafter
 from specli.engine.events import Round, Stats
@@ -31,6 +31,7 @@ from specli.models.placement import Placement
 from specli.models.static_cache import STATIC_DEFAULT_LENGTH, static_cache_problem
 from specli.presets import GenerationSpec, SpeculationSpec
 from specli.settings import Settings, check_strategy, default_exit_layer, settings_from
+from specli.strategies import Model, Strategy, check_compile, entry
 from specli.text import IncrementalDecoder
 
 
@@ -341,7 +342,20 @@ class Pair:
     def _drafter(self, settings: Settings, length: int) -> Drafter | None:
         """The strategy's drafter for a generation that can reach `length` tokens, built by its file in
         the strategy table (None: plain decoding)."""
-        drafter = entry(settings.strategy).build(self, settings, length)
+        context = DraftContext(
+            settings=settings,
+            target=self.target,
+            target_model=self.target_model,
+            target_name=self.target_name,
+            draft=self.draft,
+            draft_model=self.draft_model,
+            draft_name=self.draft_name,
+            draft_max_positions=self.draft_max_positions,
+            head=self.head,
+            head_name=self.head_name,
+            lean_step=self.lean_step,
+        )
+        drafter = build_drafter(entry(settings.strategy), context, length)
         if drafter is not None and drafter.tree_size:
             window = self.target.sliding_window
             if window is not None and length + drafter.tree_size >= window:

@@ -31,7 +31,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from specli.drafters.table import (
+from specli.errors import PresetError
+from specli.strategies import (
     LOOKUP_NGRAM_MAX,
     Model,
     Strategy,
@@ -41,7 +42,6 @@ from specli.drafters.table import (
     strategy_names,
     tree_strategies,
 )
-from specli.errors import PresetError
 
 PRESET_SUFFIXES = (".yaml", ".yml")
 _RELATIVE_PREFIXES = ("./", "../", ".\\", "..\\", "~")

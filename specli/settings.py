@@ -18,14 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from specli.drafters.table import (
-    LOOKUP_NGRAM_MAX,
-    Strategy,
-    check_strategy,
-    check_tree,
-    entry,
-    strategy_names,
-)
 from specli.errors import UsageError
 from specli.presets import (
     MAX_DRAFT_TOKENS,
@@ -34,6 +26,14 @@ from specli.presets import (
     GenerationSpec,
     Preset,
     SpeculationSpec,
+)
+from specli.strategies import (
+    LOOKUP_NGRAM_MAX,
+    Strategy,
+    check_strategy,
+    check_tree,
+    entry,
+    strategy_names,
 )
 
 if TYPE_CHECKING:

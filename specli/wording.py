@@ -3,13 +3,13 @@ the producers that report progress (bench/, training/). Counts with the right pl
 strategy label, why generation stopped, the drafter's note and the one-line summary of a generation.
 
 Pure functions of plain values and of `Stats`; nothing here prints or imports a view, so producers use
-it without depending on cli/, render/ or serve/ (GUIDE §2: data flows one way).
+it without depending on cli/, render/ or serve/ (docs/design.md §2: data flows one way).
 """
 
 from __future__ import annotations
 
-from specli.drafters.table import Strategy
 from specli.engine.events import Stats, StopReason
+from specli.strategies import Strategy
 
 
 def count(n: int, singular: str, plural: str | None = None) -> str:

@@ -31,7 +31,7 @@ pytest.importorskip("httpx")
 pytest.importorskip("prometheus_client")
 
 # --------------------------------------------------------------------------- metrics texts
-# Formats as GUIDE §5b describes them: vLLM exposes one series per engine with `_total`, and the
+# Formats as the servers expose them: vLLM exposes one series per engine with `_total`, and the
 # per-position counter labelled `position`; llama.cpp names its counters like vLLM's under `llamacpp:`
 # (its TYPE lines carry `_total`); specli serve uses the `specli:` prefix.
 

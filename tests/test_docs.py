@@ -278,8 +278,8 @@ def test_a_real_model_preset_defaults_to_its_fastest_measured_strategy():
     from typer.testing import CliRunner
 
     from specli.cli import app
-    from specli.drafters.table import strategy_names
     from specli.presets import resolve_preset
+    from specli.strategies import strategy_names
 
     for name in ("smollm2-135m", "gemma3-270m"):
         speedups: dict[str, list[float]] = {}

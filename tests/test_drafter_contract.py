@@ -1,4 +1,4 @@
-"""What a model drafter promises the engine (GUIDE §3), checked against transformers directly:
+"""What a model drafter promises the engine (docs/design.md §3), checked against transformers directly:
 
 - `Proposal.q[i]` is the distribution draft i was drawn from: transformers' warpers (temperature, top-k,
   top-p, in that order) and softmax on the drafting model's own logits for prompt + d_1..d_(i-1), at

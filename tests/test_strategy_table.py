@@ -13,12 +13,12 @@ import pytest
 import yaml
 from conftest import make_model
 
-from specli.drafters import table
-from specli.drafters.table import Strategy
+from specli import strategies as table
 from specli.errors import UsageError
 from specli.pair import Pair
 from specli.presets import ModelSpec, Preset, preset_to_dict
 from specli.settings import STRATEGIES, resolve_settings
+from specli.strategies import Strategy
 
 
 def test_a_strategy_prints_and_serializes_as_its_plain_name():
@@ -76,8 +76,8 @@ class TargetDrafter(Drafter):
         self.ids += self.drafted[:accepted] + [token]
 
 
-def build(pair, settings, length):
-    return TargetDrafter(pair.target_model)
+def build(context, length):
+    return TargetDrafter(context.target_model)
 '''
 
 PROMPT = [5, 17, 42, 9, 100, 7, 5, 17]

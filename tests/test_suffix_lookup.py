@@ -12,12 +12,12 @@ from conftest import make_model, save_model
 import specli
 from specli.drafters.prompt_lookup import PromptLookupDrafter
 from specli.drafters.suffix_index import SuffixIndex
-from specli.drafters.table import LOOKUP_DRAFT_TOKENS
 from specli.engine.sampling import SamplingConfig
 from specli.pair import Pair
 from specli.presets import ModelSpec, Preset, SpeculationSpec, resolve_preset
 from specli.render.explain import ExplainView
 from specli.settings import resolve_settings
+from specli.strategies import LOOKUP_DRAFT_TOKENS
 
 # --------------------------------------------------------------------------- brute force
 

@@ -370,7 +370,7 @@ def test_lookup_trees_decode_exactly_as_generate(tree_pair):
 
 
 def _record(parents, probs, path):
-    from specli.engine.events import TreeRecord
+    from specli.engine.tree import TreeRecord
 
     status = ["accepted" if i in path else "rejected" for i in range(len(parents))]
     return TreeRecord(list(range(len(parents))), parents, probs, [], status, path)

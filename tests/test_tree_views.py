@@ -12,7 +12,8 @@ from rich.color import ColorSystem
 from rich.console import Console
 from rich.style import Style
 
-from specli.engine.events import Round, TokenKind, TreeRecord
+from specli.engine.events import Round, TokenKind
+from specli.engine.tree import TreeRecord
 from specli.render.explain import TREE_ROOT, ExplainView, prob, token_label
 from specli.render.live import TokenView
 from specli.render.plain import PlainWriter, draft_words

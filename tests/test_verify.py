@@ -102,7 +102,7 @@ def test_plain_sampling_step_draws_from_p():
     assert (v.accepted, v.token, v.is_bonus) == (0, 2, True)
 
 
-# --------------------------------------------------------------------------- k >= 2 (GUIDE §3)
+# --------------------------------------------------------------------------- k >= 2 (docs/design.md §3)
 # Hand-made p, q for k = 3 where every position differs: position i's residual normalize(max(0, p_i - q_i))
 # is far from normalize(max(0, p_i - q_0)), and the acceptance probabilities are moderate, so a residual
 # taken from the wrong position, or one uniform shared by all positions, shows in the frequencies.

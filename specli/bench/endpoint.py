@@ -1,5 +1,5 @@
 """`specli bench --endpoint URL`: measure a running OpenAI-compatible server (specli serve, vLLM, SGLang,
-llama-server) on the prompts, warm-up and repeats of a local bench, with the same words (docs: GUIDE §4).
+llama-server) on the prompts, warm-up and repeats of a local bench, with the same words (docs/design.md §4).
 
 Every request streams `POST {url}/completions` (`/chat/completions` with --chat) with
 `stream_options.include_usage`: the time to its first token and between its chunks are measured here,
@@ -811,6 +811,6 @@ def client_environment() -> dict[str, Any]:
     """The environment of a bench that loaded no model (servers only)."""
     import platform
 
-    from specli import __version__
+    from specli.version import __version__
 
     return {"specli": __version__, "python": platform.python_version(), "device": None, "local": False}

@@ -32,11 +32,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from specli import __version__
 from specli.bench.prompts import BenchPrompt
 from specli.engine.counters import SpecCounters
 from specli.engine.events import Stats
 from specli.errors import UsageError
+from specli.version import __version__
 from specli.wording import count
 
 if TYPE_CHECKING:
@@ -237,14 +237,14 @@ def measure(
 def tree_sweep_skipped(strategies: Sequence[str]) -> list[str]:
     """Of `strategies`, those a tree sweep has no rows for: plain decoding and those that draft chains
     only (self)."""
-    from specli.drafters.table import tree_strategies
+    from specli.strategies import tree_strategies
 
     return [s for s in strategies if s not in tree_strategies()]
 
 
 def tree_sweep_note(strategies: Sequence[str]) -> str | None:
     """One line naming the strategies a tree sweep makes no rows for, and why (None: it skips none)."""
-    from specli.drafters.table import either, entry
+    from specli.strategies import either, entry
 
     why = [
         f"{s} (it {'drafts chains only' if entry(s).chains_only else 'is plain decoding'})"

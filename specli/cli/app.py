@@ -9,8 +9,8 @@ import typer
 from rich.markup import escape
 from typer.core import TyperCommand, TyperGroup
 
-from specli import __version__
 from specli.cli.common import stderr_console
+from specli.version import __version__
 
 
 def _flags_without_metavar(params: list) -> list:

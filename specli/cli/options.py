@@ -15,13 +15,13 @@ from typing import Annotated, Any
 import typer
 
 from specli.cli.prompt_input import check_text
-from specli.drafters.table import LOOKUP_NGRAM_MAX, Model, Strategy, described, either, entry, tree_strategies
 from specli.errors import SpecliError, UsageError
 from specli.models import sources
 from specli.models.llama_cpp.engines import check_engine
 from specli.models.model_dirs import config_max_positions
 from specli.presets import MAX_TREE_NODES, MAX_TREE_WIDTH, Preset, resolve_preset
 from specli.settings import Settings, check_strategy, resolve_settings
+from specli.strategies import LOOKUP_NGRAM_MAX, Model, Strategy, described, either, entry, tree_strategies
 from specli.threads import AUTO, parse_threads
 
 PromptArg = Annotated[

@@ -14,11 +14,11 @@ from rich.table import Table
 from specli.cli.app import Command, presets_app
 from specli.cli.common import user_errors
 from specli.cli.options import DebugOpt, JsonOpt
-from specli.drafters.table import Strategy
 from specli.errors import SpecliError
 from specli.models.memory import PLAN_CONTEXT, human, preset_context, preset_estimate
 from specli.presets import PresetEntry, load_preset_file, preset_entries, preset_to_dict, resolve_preset
 from specli.readiness import Memory, free_memory, readiness
+from specli.strategies import Strategy
 
 
 def _origin(entry: PresetEntry) -> str:

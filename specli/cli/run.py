@@ -15,9 +15,9 @@ from rich.console import Console
 
 from specli.cli.common import quiet_transformers, stderr_console
 from specli.cli.options import GenerationOptions, ModelOptions, check_before_loading
-from specli.drafters.table import entry
 from specli.render.progress import loading_progress
 from specli.settings import Settings
+from specli.strategies import entry
 from specli.threads import parse_threads
 from specli.wording import count
 

@@ -20,8 +20,7 @@ from specli.models.cached_lm import CachedLM, check_sliding_rollback
 from specli.models.sources import MASK_TOKEN_KEYS  # config keys naming a parallel drafter's mask token
 
 if TYPE_CHECKING:
-    from specli.pair import Pair
-    from specli.settings import Settings
+    from specli.drafters.context import DraftContext
 
 PARALLEL_K_KEY = "para_num"  # the drafts per forward a parallel drafter was trained for, when recorded
 PARALLEL_K_DEFAULT = 8  # PARD's training K; its own examples draft 8-12
@@ -220,10 +219,11 @@ class DraftModelDrafter(Drafter):
         self._fed = None
 
 
-def build(pair: Pair, settings: Settings, length: int) -> DraftModelDrafter:
-    """Strategy draft's drafter (the strategy table's factory) for a generation on `pair` that can reach
-    `length` tokens: the pair's drafter model, stepping through its lean forward where one reproduces it
+def build(context: DraftContext, length: int) -> DraftModelDrafter:
+    """Strategy draft's drafter (the strategy table's factory) for a generation (`context`) that can reach
+    `length` tokens: the context's drafter model, stepping through its lean forward where one reproduces it
     (else its own, which a sliding window must be able to rewind over `length`)."""
+    pair, settings = context, context.settings
     lean = pair.lean_step(pair.draft_model)[0]
     mask_token = parallel_mask_token(pair.draft_model.config)
     if settings.tree and mask_token is not None:

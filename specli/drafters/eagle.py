@@ -35,8 +35,7 @@ from specli.models.own_forward.core import LeanKV
 from specli.models.own_forward.head import LeanHead
 
 if TYPE_CHECKING:
-    from specli.pair import Pair
-    from specli.settings import Settings
+    from specli.drafters.context import DraftContext
 
 
 class EagleDrafter(Drafter):
@@ -257,10 +256,11 @@ class EagleDrafter(Drafter):
         self._verified, self._drafted = None, []
 
 
-def build(pair: Pair, settings: Settings, length: int) -> EagleDrafter:
-    """Strategy eagle's drafter (the strategy table's factory): the pair's EAGLE head beside the target,
+def build(context: DraftContext, length: int) -> EagleDrafter:
+    """Strategy eagle's drafter (the strategy table's factory): the context's EAGLE head beside the target,
     stepping through its lean forward unless lean steps are off. `length` does not matter: the head's
     cache grows as it needs."""
+    pair, settings = context, context.settings
     lean = pair.lean_step(pair.head)[0]
     if settings.tree and pair.head.config.parallel:
         raise UsageError(

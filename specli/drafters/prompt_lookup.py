@@ -28,14 +28,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from specli.drafters.suffix_index import Continuation, SuffixIndex
-from specli.drafters.table import LOOKUP_NGRAM_MAX
 from specli.engine.drafter import Drafter, Proposal
 from specli.engine.sampling import SamplingConfig
 from specli.engine.tree import ROOT, TreeGrowth, subtree
+from specli.strategies import LOOKUP_NGRAM_MAX
 
 if TYPE_CHECKING:
-    from specli.pair import Pair
-    from specli.settings import Settings
+    from specli.drafters.context import DraftContext
 
 
 # draft_state by the length of the suffix the first drafted token was matched by: (shortest length, label)
@@ -169,7 +168,8 @@ class PromptLookupDrafter(Drafter):
         self._drafted = []
 
 
-def build(pair: Pair, settings: Settings, length: int) -> PromptLookupDrafter:
+def build(context: DraftContext, length: int) -> PromptLookupDrafter:
     """Strategy lookup's drafter (the strategy table's factory): an index of prompt + output with the
-    settings' n-gram orders; it needs nothing of the pair."""
+    settings' n-gram orders; it needs no model."""
+    settings = context.settings
     return PromptLookupDrafter(settings.ngram_min, settings.ngram_max, settings.tree, settings.tree_width)

@@ -24,8 +24,7 @@ from specli.models.cached_lm import check_sliding_rollback
 from specli.models.layer_stack import LayerStack
 
 if TYPE_CHECKING:
-    from specli.pair import Pair
-    from specli.settings import Settings
+    from specli.drafters.context import DraftContext
 
 
 class SelfSpeculativeDrafter(Drafter):
@@ -94,9 +93,10 @@ class SelfSpeculativeDrafter(Drafter):
         self._hidden = []
 
 
-def build(pair: Pair, settings: Settings, length: int) -> SelfSpeculativeDrafter:
+def build(context: DraftContext, length: int) -> SelfSpeculativeDrafter:
     """Strategy self's drafter (the strategy table's factory): the target's first settings.exit_layer
     layers, in the target's own cache (whose sliding window, if any, must rewind over `length`)."""
+    pair, settings = context, context.settings
     check_sliding_rollback(pair.target, f"'{pair.target_name}' (strategy self)", length)
     stack = LayerStack(pair.target_model)
     return SelfSpeculativeDrafter(stack, settings.exit_layer, p_min=settings.draft_p_min)

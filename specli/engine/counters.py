@@ -2,7 +2,7 @@
 the engine's rounds (`Stats` builds on it) and for what a server reports (bench --endpoint). Counts and
 derived rates only; each view formats them (the summary line, JSON, Prometheus).
 
-Words (GUIDE §4): drafts = rounds that drafted at least one token (vLLM's num_drafts); drafted = draft
+Words (design.md §4): drafts = rounds that drafted at least one token (vLLM's num_drafts); drafted = draft
 tokens sent to the target, those after a rejection included (num_draft_tokens); accepted = drafted tokens
 kept, bonus and correction excluded (num_accepted_tokens); position_accepted[i] = rounds whose draft
 position i (0-based) was kept (num_accepted_tokens_per_pos).

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING
 from specli.engine.tree import depths, path_probabilities, path_to, ranked_nodes
 
 if TYPE_CHECKING:
-    from specli.engine.events import TreeRecord
+    from specli.engine.tree import TreeRecord
 
 PRIOR_ACCEPT = 0.7  # the pooled acceptance before any draft was judged
 POOLED_WEIGHT = 2.0  # ... counting as this many judged drafts

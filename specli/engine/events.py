@@ -15,7 +15,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from specli.engine.counters import SpecCounters
-from specli.engine.tree import depths as tree_depths
+from specli.engine.tree import TreeRecord
 
 if TYPE_CHECKING:  # events stay importable without torch
     from specli.engine.verify import Verdict
@@ -35,46 +35,6 @@ class StopReason(str, Enum):
     STOP_STRING = "stop_string"
     MAX_NEW_TOKENS = "max_new_tokens"
     CONTEXT = "context"
-
-
-@dataclass(frozen=True)
-class TreeRecord:
-    """A tree round's nodes as the target judged them (docs/design.md §14), in node order.
-
-    tokens / parents: each node's token and parent (-1: the root, the pending token; parents come
-    before their children, siblings in the order they were tried). draft_probs: each token's probability
-    under the drafter given its parent (1.0 for a deterministic choice). target_probs: the target's
-    probability of each token at its parent (filled when sampling or when the engine records; else
-    empty). status: "accepted" (on the kept path), "rejected" (judged and refused) or "unjudged" (under
-    a refused node). path: the accepted nodes, root to leaf.
-    """
-
-    tokens: list[int]
-    parents: list[int]
-    draft_probs: list[float]
-    target_probs: list[float]
-    status: list[str]
-    path: list[int]
-
-    @property
-    def size(self) -> int:
-        return len(self.tokens)
-
-    @property
-    def depths(self) -> list[int]:
-        """Each node's depth (1: a child of the root)."""
-        return tree_depths(self.parents)
-
-    @property
-    def depth(self) -> int:
-        """The deepest node's depth (0 for an empty tree)."""
-        return max(self.depths, default=0)
-
-    @property
-    def ends_at_leaf(self) -> bool:
-        """Whether the accepted path ends at a node without children (then the target adds a bonus)."""
-        last = self.path[-1] if self.path else -1
-        return last not in self.parents
 
 
 @dataclass(frozen=True)

@@ -212,3 +212,43 @@ def _add_top(growth: TreeGrowth, parent: int, values: list[float], ids: list[int
     """Add the children of positive probability (values descending) -> their node numbers."""
     kept = [(v, i) for v, i in zip(values, ids, strict=True) if v > 0]
     return growth.add_children(parent, [i for _, i in kept], [v for v, _ in kept])
+
+
+@dataclass(frozen=True)
+class TreeRecord:
+    """A tree round's nodes as the target judged them (docs/design.md §14), in node order.
+
+    tokens / parents: each node's token and parent (-1: the root, the pending token; parents come
+    before their children, siblings in the order they were tried). draft_probs: each token's probability
+    under the drafter given its parent (1.0 for a deterministic choice). target_probs: the target's
+    probability of each token at its parent (filled when sampling or when the engine records; else
+    empty). status: "accepted" (on the kept path), "rejected" (judged and refused) or "unjudged" (under
+    a refused node). path: the accepted nodes, root to leaf.
+    """
+
+    tokens: list[int]
+    parents: list[int]
+    draft_probs: list[float]
+    target_probs: list[float]
+    status: list[str]
+    path: list[int]
+
+    @property
+    def size(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def depths(self) -> list[int]:
+        """Each node's depth (1: a child of the root)."""
+        return depths(self.parents)
+
+    @property
+    def depth(self) -> int:
+        """The deepest node's depth (0 for an empty tree)."""
+        return max(self.depths, default=0)
+
+    @property
+    def ends_at_leaf(self) -> bool:
+        """Whether the accepted path ends at a node without children (then the target adds a bonus)."""
+        last = self.path[-1] if self.path else -1
+        return last not in self.parents

@@ -11,9 +11,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from specli.engine.events import TreeRecord
 from specli.engine.sampling import SamplingConfig, process_logits, sample
-from specli.engine.tree import ROOT, children
+from specli.engine.tree import ROOT, TreeRecord, children
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from typing import Any
 
 from specli.errors import ModelLoadError, UsageError
 from specli.models import gguf_file
-from specli.models.sources import specli_cache_dir
+from specli.models.paths import specli_cache_dir
 
 STORED_DTYPES = {
     "auto": "float32",

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from specli.errors import UsageError
-from specli.models.sources import SPLIT_NAME
+from specli.models.paths import SPLIT_NAME
 
 MAGIC = b"GGUF"
 LONG_ARRAY = 1024  # arrays longer than this keep only their length

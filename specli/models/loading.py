@@ -43,7 +43,7 @@ from specli.models.model_dirs import embedded_dir as embedded_dir
 from specli.models.model_dirs import embedded_model as embedded_model
 from specli.models.model_dirs import embedded_names as embedded_names
 from specli.models.model_dirs import read_config as read_config
-from specli.models.sources import hub_cache_dir as hub_cache_dir  # torch-free, re-exported
+from specli.models.paths import hub_cache_dir as hub_cache_dir  # torch-free, re-exported
 
 DEVICE_FORMS = "auto, cpu, cuda, cuda:N"
 DTYPES: dict[str, torch.dtype] = {

@@ -17,10 +17,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from specli.drafters.table import Model, entry
 from specli.errors import SpecliError
 from specli.models import sources
 from specli.models.model_dirs import config_max_positions
+from specli.strategies import Model, entry
 
 NF4_BITS = 4.127  # 4-bit weights + double-quantized absmax per block of 64
 WORKSPACE = 1.10  # activations, allocator slack, CUDA context: 10% on top

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from specli.errors import ModelNotFoundError
-from specli.models.sources import expand_path
+from specli.models.paths import expand_path
 
 DEFAULT_HOST = "registry.ollama.ai"
 DEFAULT_NAMESPACE = "library"

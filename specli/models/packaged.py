@@ -20,7 +20,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from specli.errors import ModelLoadError, ModelNotFoundError
-from specli.models.sources import specli_cache_dir
+from specli.models.paths import specli_cache_dir
 
 PACKAGE_PREFIX = "package:"
 _BLOCK = 1 << 20

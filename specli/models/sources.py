@@ -20,7 +20,6 @@ read it.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,13 @@ from typing import Literal
 
 from specli.errors import ModelNotFoundError, UsageError
 from specli.models.model_dirs import EMBEDDED_PREFIX, embedded_model
+
+# re-exported: callers that classify a name read the path helpers here too
+from specli.models.paths import SPLIT_NAME as SPLIT_NAME
+from specli.models.paths import expand_path as expand_path
+from specli.models.paths import hub_cache_dir as hub_cache_dir
+from specli.models.paths import looks_like_path as looks_like_path
+from specli.models.paths import specli_cache_dir as specli_cache_dir
 
 OLLAMA_PREFIX = "ollama:"
 PACKAGE_PREFIX = "package:"  # the same as specli.models.packaged's
@@ -38,42 +44,8 @@ MASK_TOKEN_KEYS = ("pard_token", "ptd_token_id")
 
 HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")
 _HUB_FILE = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*):(?P<file>[^:]+)$")
-# llama.cpp's gguf-split names its parts NAME-00001-of-00003.gguf.
-SPLIT_NAME = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
 
 Kind = Literal["embedded", "folder", "gguf", "hub", "hub_gguf", "ollama", "package"]
-
-
-def expand_path(text: str) -> str:
-    """`$VARS` and `~` expanded (a variable that is not set stays as written)."""
-    return os.path.expanduser(os.path.expandvars(text))
-
-
-def looks_like_path(name: str) -> bool:
-    """A name that can only be a path: absolute, starting with . or ~, with two or more '/', or with a
-    backslash (a hub id is 'org/name', one slash)."""
-    return os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or "\\" in name
-
-
-def hub_cache_dir() -> str | None:
-    """The hub cache folder from the environment as it is now, with huggingface_hub's precedence
-    (HF_HUB_CACHE, HUGGINGFACE_HUB_CACHE, then HF_HOME/hub). None: no variable set, huggingface_hub
-    uses its default."""
-    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        if os.environ.get(name):
-            return expand_path(os.environ[name])
-    if os.environ.get("HF_HOME"):
-        return os.path.join(expand_path(os.environ["HF_HOME"]), "hub")
-    return None
-
-
-def specli_cache_dir() -> Path:
-    """$SPECLI_CACHE_DIR, else $XDG_CACHE_HOME/specli, else ~/.cache/specli."""
-    explicit = os.environ.get("SPECLI_CACHE_DIR", "").strip()
-    if explicit:
-        return Path(expand_path(explicit))
-    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
-    return (Path(expand_path(xdg)) if xdg else Path.home() / ".cache") / "specli"
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,11 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from specli.drafters.table import Strategy
-from specli.engine.events import Round, Stats, TokenKind, TreeRecord, expected_acceptance_length
+from specli.engine.events import Round, Stats, TokenKind, expected_acceptance_length
+from specli.engine.tree import TreeRecord
 from specli.render.plain import draft_words
 from specli.render.styles import KIND_STYLES, shown
+from specli.strategies import Strategy
 from specli.text import IncrementalDecoder
 from specli.wording import count, head_name, stop_text
 

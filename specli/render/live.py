@@ -16,10 +16,10 @@ from rich.measure import Measurement
 from rich.segment import Segment
 from rich.text import Text
 
-from specli.drafters.table import Strategy
 from specli.engine.events import Round, Stats, TokenKind
 from specli.render.plain import draft_words
 from specli.render.styles import KIND_LABELS, KIND_STYLES, visible
+from specli.strategies import Strategy
 from specli.text import IncrementalDecoder, continuation_text
 from specli.wording import count, drafter_note, stop_text, strategy_label
 

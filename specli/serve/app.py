@@ -24,7 +24,6 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import Receive, Scope, Send
 
-from specli.drafters.table import Strategy
 from specli.engine.events import Round
 from specli.errors import UsageError
 from specli.serve.auth import require_key
@@ -37,6 +36,7 @@ from specli.serve.responses import DONE, Shape, sse
 from specli.serve.schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest
 from specli.serve.stops import StopTrimmer
 from specli.serve.worker import SHUTDOWN, Finished, Job, QueueFull, ShuttingDown, Worker
+from specli.strategies import Strategy
 from specli.wording import count
 
 if TYPE_CHECKING:

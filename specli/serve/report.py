@@ -28,8 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from specli.drafters.table import Strategy
 from specli.engine.events import Stats, StopReason
+from specli.strategies import Strategy
 from specli.wording import count, summary_line
 
 

@@ -30,11 +30,11 @@ from typing import Any
 import torch
 from rich.console import Console
 
-from specli.drafters.table import Strategy
 from specli.errors import UsageError
 from specli.models import head_formats, loading, memory
 from specli.models.layer_stack import LAYER_STACK_ARCHITECTURES
-from specli.models.sources import specli_cache_dir
+from specli.models.paths import specli_cache_dir
+from specli.strategies import Strategy
 from specli.threads import AUTO
 from specli.training import checkpoint, data, jobs, outdir, regenerate
 from specli.training import plan as training_plan
@@ -400,11 +400,11 @@ def prepare_out(session: Session) -> None:
 
 def load_target(checked: Checked, session: Session, console: Console) -> Any:
     """The target as `specli generate` loads it (strategy none), in the run's dtype and quantization."""
-    import specli
+    from specli.api import load
 
     r = checked.recipe
     with (session.loading_view or _no_loading_view)(console, f"loading {r.target}…") as bars:
-        return specli.load(
+        return load(
             target=r.target,
             strategy=Strategy.NONE,
             device=session.device,

@@ -16,11 +16,11 @@ import torch
 
 from specli.bench.prompts import BenchPrompt
 from specli.bench.run import BenchSettings, Measurement, encode_prompts, identity_errors, measure, summarize
-from specli.drafters.table import Strategy
 from specli.models import head_formats, loading
 from specli.models.cached_lm import CachedLM
 from specli.models.model_dirs import read_config
 from specli.pair import Pair
+from specli.strategies import Strategy
 
 PLAIN = Strategy.NONE
 KEYS = (  # what training.json keeps of bench's metrics for each drafter

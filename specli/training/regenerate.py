@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specli.drafters.table import Strategy
 from specli.errors import UsageError
+from specli.strategies import Strategy
 
 CACHE_VERSION = 1
 

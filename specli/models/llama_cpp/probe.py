@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from specli.errors import ModelLoadError
-from specli.models.sources import specli_cache_dir
+from specli.models.paths import specli_cache_dir
 
 TIMEOUT_S = 300
 # the child: load the file, decode two tokens one at a time and then as a batch of two

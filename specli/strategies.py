@@ -6,25 +6,19 @@ strategy need ..." question read the table, so adding a strategy is one drafter 
 default, a label) uses its `Strategy` member.
 
 No torch here: the CLI and the preset schema check strategy names before anything heavy is imported; a
-strategy's file is imported only when a pair builds its drafter (`Entry.build`).
+strategy's file is imported only when a pair builds its drafter (`specli.drafters.context.build_drafter`).
+A leaf: it imports nothing of specli's but its errors, so every layer may read it.
 """
 
 from __future__ import annotations
 
 import difflib
-import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
 from specli.errors import UsageError
-
-if TYPE_CHECKING:
-    from specli.engine.drafter import Drafter
-    from specli.pair import Pair
-    from specli.settings import Settings
 
 
 class Strategy(str, Enum):
@@ -64,8 +58,9 @@ LOOKUP_NGRAM_MAX = 32
 @dataclass(frozen=True)
 class Entry:
     """One strategy. `module` is the file that drafts for it, imported when a pair first builds that
-    drafter: it defines `build(pair, settings, length) -> Drafter` (a generation that can reach `length`
-    tokens; UsageError when the loaded models cannot run it); None is plain decoding (no drafter).
+    drafter: it defines `build(context, length) -> Drafter` (`specli.drafters.context.DraftContext`; a
+    generation that can reach `length` tokens; UsageError when the loaded models cannot run it); None is
+    plain decoding (no drafter).
 
     `about` says in a few words what drafts (the --strategy help lists it).
 
@@ -88,12 +83,6 @@ class Entry:
     def drafts(self) -> bool:
         """Whether the strategy drafts at all ('none' is plain decoding)."""
         return self.module is not None
-
-    def build(self, pair: Pair, settings: Settings, length: int) -> Drafter | None:
-        """The strategy's drafter for one generation on `pair` (None: plain decoding)."""
-        if self.module is None:
-            return None
-        return importlib.import_module(self.module).build(pair, settings, length)
 
 
 STRATEGY_TABLE: Mapping[str, Entry] = MappingProxyType(
