@@ -1,6 +1,6 @@
 #!/bin/sh
 # CUDA checks for --compile (docs/design.md §12), on a machine with a GPU:
-#   1. the gpu-marked tests (tests/test_gpu.py, tests/test_compile.py): lossless against generate();
+#   1. the gpu-marked tests (tests/models/test_gpu.py, tests/engine/test_compile.py): lossless against generate();
 #   2. the embedded pair, draft and lookup, 2 prompts per category, with transformers' generate() for
 #      comparison: without and with --compile;
 #   3. "pure overhead": the target drafts for itself at fixed k = 4 (every draft accepted), so the rounds'

@@ -2,7 +2,7 @@
 name to the file that builds its drafter and its capabilities (what it needs loaded, whether --compile
 runs it, its own k). Dispatch, validation (settings, presets, the command line) and every "does this
 strategy need ..." question read the table, so adding a strategy is one drafter file and one entry here
-(`tests/test_strategy_table.py` registers one that way); code that must name a shipped strategy (a
+(`tests/drafters/test_strategy_table.py` registers one that way); code that must name a shipped strategy (a
 default, a label) uses its `Strategy` member.
 
 No torch here: the CLI and the preset schema check strategy names before anything heavy is imported; a

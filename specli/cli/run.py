@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 # torch and transformers load only inside the commands that run a model (specli.api, specli.bench.run and
 # transformers' logging are imported there), never at import: `specli --version`, `--help` and
-# `presets list` stay fast. tests/test_settings.py fails if one of them imports torch.
+# `presets list` stay fast. tests/cli/test_settings.py fails if one of them imports torch.
 
 
 def greedy_note(options: GenerationOptions, settings: Settings) -> None:

@@ -16,7 +16,7 @@ length + depth) and removes every tree sequence; a rewind of tree cells removes 
 Exactness. Built without llamafile's sgemm and the REPACK kernels (library.CMAKE_ARGS), without ggml's
 tiled K-quant matmul (library.TILED_MM) and flash attention, with a full-size sliding-window cache
 (`swa_full`) and the same threads for batches as for single tokens, a batch of n scores each position
-bit for bit as n one-token steps do (tests/test_llama_engine.py; docs/design.md §15).
+bit for bit as n one-token steps do (tests/models/test_llama_engine.py; docs/design.md §15).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Packaged models (specli/models/packaged.py): files found through importlib.metadata without importing
 the package, chunks assembled once into specli's cache with their sha256 checked, and a missing package
 named with the exact pip command. Fake distributions on a temporary sys.path entry; the real packages
-are exercised by tests/test_real_models.py (-m real)."""
+are exercised by tests/models/test_real_models.py (-m real)."""
 
 from __future__ import annotations
 

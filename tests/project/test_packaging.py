@@ -8,7 +8,7 @@ from pathlib import Path
 
 import tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # `pip install specli`, `pip install 'specli[serve]'`, `pip install "specli>=0.1"`: the registry's specli
 REGISTRY_SPECLI = re.compile(r"""pip install (-U |--upgrade )?['"]?specli(\[|['"\s>=<]|$)""", re.MULTILINE)
 

@@ -2,7 +2,7 @@
 (--tree, --tree-width), `specli.load` and per-call overrides into `Settings`; a tree with a strategy that
 drafts chains only (self) refused in one line (exit 2, before torch); bench's --sweep-tree (its parsing,
 its rows "STRATEGY tree N", the skipped strategies) and the tree keys of its JSON and tables. These check
-the plumbing, not what a tree does to generation (tests/test_tree*.py)."""
+the plumbing, not what a tree does to generation (tests/engine/test_tree*.py)."""
 
 from __future__ import annotations
 

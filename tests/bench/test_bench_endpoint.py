@@ -672,7 +672,7 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def specli_server() -> Iterator[str]:
     """`specli serve` on the embedded pair, greedy-ready, k fixed at 4, one thread, on a free port."""
-    if not (Path(__file__).resolve().parents[1] / "specli" / "cli" / "serve.py").exists():
+    if not (Path(__file__).resolve().parents[2] / "specli" / "cli" / "serve.py").exists():
         pytest.skip("specli serve is not there yet")
     import httpx
 

@@ -23,7 +23,7 @@ from specli.presets import (
     user_presets_dirs,
 )
 
-REPO_PRESETS = Path(__file__).resolve().parent.parent / "presets"
+REPO_PRESETS = Path(__file__).resolve().parents[2] / "presets"
 SHIPPED = ["llama-8b-1b", "llama-70b-1b", "qwen2.5-7b-0.5b", "qwen2.5-32b-0.5b"]
 
 

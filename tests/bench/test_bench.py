@@ -22,7 +22,7 @@ from specli.errors import UsageError
 from specli.settings import resolve_settings
 
 SPEC_BENCH = (
-    Path(__file__).resolve().parent / "data" / "spec_bench" / "question.jsonl"
+    Path(__file__).resolve().parents[1] / "data" / "spec_bench" / "question.jsonl"
 )  # 13 lines, Apache-2.0
 STRATEGY_KEYS = {
     "strategy", "tokens", "rounds", "drafted", "accepted", "rejections", "acceptance_rate", "accept_prob",

@@ -38,7 +38,7 @@ from specli.threads import BusyProbe, apply_threads, auto_threads, parse_threads
 
 PROMPT = "def fibonacci(n):"
 CLI = [sys.executable, "-m", "specli.cli"]
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)

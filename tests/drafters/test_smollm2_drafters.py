@@ -1,6 +1,6 @@
 """SmolLM2-135M's own drafters, shipped in the package (issue 31): the draft model and the EAGLE-3 head
 `specli train` made for SmolLM2-135M-Instruct, their presets, and their refusal of any other target.
-None of these tests needs SmolLM2 itself (tests/test_real_models.py runs them on it); the export tests
+None of these tests needs SmolLM2 itself (tests/models/test_real_models.py runs them on it); the export tests
 read the target's GGUF header and skip without its package."""
 
 from __future__ import annotations

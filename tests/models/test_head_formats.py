@@ -31,7 +31,7 @@ from specli.models.head_formats import (
 from specli.models.model_dirs import read_config
 
 LAYERS, HIDDEN, DRAFT_VOCAB = 6, 64, 100
-REPO_PRESETS = Path(__file__).resolve().parent.parent / "presets"
+REPO_PRESETS = Path(__file__).resolve().parents[2] / "presets"
 
 pytestmark = pytest.mark.usefixtures("no_network")
 

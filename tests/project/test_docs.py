@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README_LIMIT = 15_000
 
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)(?:\s+#+)?\s*$")
