@@ -7,7 +7,7 @@
 Greedy, fixed k = 4, 128 new tokens, the first 4 prompts of each category of the `code` set, one thread.
 Every graph is built by `Pair.warm_up` before the clock starts (its time is printed apart); each
 strategy runs the prompts twice and the second pass is timed. Run the modes alternately, on a quiet
-machine, a few times: docs/compile-ab.txt holds the runs docs/performance.md quotes.
+machine, a few times: docs/data/compile-ab.txt holds the runs docs/performance.md quotes.
 """
 
 from __future__ import annotations

@@ -3,15 +3,15 @@
 # and Gemma 3 270M (Q4_K_M), at 1 and 2 threads, one `specli bench` run each: specli --engine llama.cpp
 # (plain, lookup; SmolLM2 also its trained draft model as a GGUF) beside llama-server on the same files
 # (plain, n-gram, -md the same drafter file), over 12 prompts of 9 categories (the code set's first two
-# of each category, the chat set's first of each: docs/bench-real/engine-prompts.jsonl), greedy, 128
+# of each category, the chat set's first of each: docs/data/bench-real/engine-prompts.jsonl), greedy, 128
 # tokens. Then the verify cost by quantization type (scripts/llama_costs.py).
 #
 #   bash scripts/llama_cpp.sh build           # llama-server from source (once, ~15 min on 2 cores)
-#   bash scripts/engine_bench.sh              # ~40 min; docs/bench-real/*-engine-t*.json, llama-costs.json
+#   bash scripts/engine_bench.sh              # ~40 min; docs/data/bench-real/*-engine-t*.json, llama-costs.json
 #   python scripts/real_tables.py             # the tables
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=docs/bench-real
+OUT=docs/data/bench-real
 for model in smollm2-135m gemma3-270m; do
   for threads in 1 2; do
     THREADS=$threads bash scripts/llama_cpp.sh bench-engine "$model" --prompts "$OUT/engine-prompts.jsonl" \

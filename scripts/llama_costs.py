@@ -5,8 +5,8 @@
 threads. v(n) = t(n) / t(1): where it grows nearly as n, drafting has to be nearly free and nearly always
 right to pay, and the cost model turns it down.
 
-    python scripts/llama_costs.py [--out docs/bench-real/llama-costs.json]   # ~5 min on 2 cores
-    python scripts/llama_costs.py --table docs/bench-real/llama-costs.json   # the markdown table
+    python scripts/llama_costs.py [--out docs/data/bench-real/llama-costs.json]   # ~5 min on 2 cores
+    python scripts/llama_costs.py --table docs/data/bench-real/llama-costs.json   # the markdown table
 
 Requantizing from a 4-bit file does not restore precision: these files are for timing only.
 """
@@ -86,7 +86,7 @@ def table(data: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", type=Path, default=Path("docs/bench-real/llama-costs.json"))
+    parser.add_argument("--out", type=Path, default=Path("docs/data/bench-real/llama-costs.json"))
     parser.add_argument("--table", type=Path)
     args = parser.parse_args()
     if args.table:

@@ -9,7 +9,7 @@
 #   sampled the engine runs at T = 0.7, 2 threads
 #   spec    Spec-Bench's question.jsonl (../shared/data/spec_bench), the first prompt of each of its 13
 #           categories, on the llama.cpp engine beside llama-server, 2 threads, greedy
-# The bench prompts are docs/bench-real/engine-prompts.jsonl (12 prompts of 9 categories: the code set's
+# The bench prompts are docs/data/bench-real/engine-prompts.jsonl (12 prompts of 9 categories: the code set's
 # first two of each category, the chat set's first of each), 128 new tokens.
 #
 #   bash scripts/llama_cpp.sh build           # llama-server from source (once, ~15 min on 2 cores)
@@ -17,7 +17,7 @@
 #   python scripts/real_tables.py             # the tables
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=docs/bench-real
+OUT=docs/data/bench-real
 PROMPTS=$OUT/engine-prompts.jsonl
 SPEC=${SPEC_BENCH:-../shared/data/spec_bench/question.jsonl}
 run() {  # $1: report name; the rest: the command

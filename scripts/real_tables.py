@@ -1,7 +1,7 @@
 """The real models' tables in docs/performance.md and the README, printed as Markdown from the JSON
-reports `scripts/real_bench.sh` writes (docs/bench-real/), so every figure there can be traced to a run.
+reports `scripts/real_bench.sh` writes (docs/data/bench-real/), so every figure there can be traced to a run.
 
-    python scripts/real_tables.py [docs/bench-real]
+    python scripts/real_tables.py [docs/data/bench-real]
 """
 
 from __future__ import annotations
@@ -406,7 +406,7 @@ def specbench_table(folder: Path) -> str:
 
 
 def main() -> None:
-    folder = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/bench-real")
+    folder = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/data/bench-real")
     print(plain_table(folder), end="\n\n")
     print(lookup_table(folder), end="\n\n")
     print(drafters_table(folder), end="\n\n")

