@@ -13,10 +13,10 @@ from typing import Any, Protocol
 
 from specli.drafters.context import DraftContext, build_drafter
 from specli.drafters.draft_model import PARALLEL_K_DEFAULT, parallel_draft_tokens
-from specli.engine.draft_length import TreeChoice
+from specli.engine.draft_length import DraftLength
 from specli.engine.drafter import Drafter
 from specli.engine.events import Round, Stats
-from specli.engine.loop import EngineConfig, generate_rounds
+from specli.engine.loop import EngineConfig, generate_rounds, new_draft_length
 from specli.engine.stopping import StopCriteria
 from specli.errors import UsageError
 from specli.models import loading
@@ -183,7 +183,8 @@ class Pair:
         self.later: LoadsLater | None = None  # set by `load`: the preset's drafter or head, on first use
         self.lean = lean  # drafters step through specli's own forwards where they can (docs/design.md §13)
         self._lean_steps: dict[int, tuple[Any, str | None]] = {}  # id(model or head) -> (lean step, why not)
-        self._tree_choices: dict[tuple[Any, ...], TreeChoice] = {}  # settings -> tree vs chain, measured
+        # settings -> each round's k and tree against chain, learned across generations (`_draft_length`)
+        self._draft_lengths: dict[tuple[Any, ...], DraftLength] = {}
         if compile:
             check_compile(self.strategy)
         if own.target_layers:
@@ -306,7 +307,9 @@ class Pair:
         does (its tokenizer, the head's shapes, the memory); `attach` only wires it in."""
         if (draft_model is None) == (head is None):
             raise TypeError("attach takes exactly one of draft_model and head")
-        if head is not None:
+        strategy = Strategy.EAGLE if head is not None else Strategy.DRAFT
+        self._draft_lengths = {key: n for key, n in self._draft_lengths.items() if key[0] != strategy}
+        if head is not None:  # what was learned of the replaced drafter's acceptance goes with it
             self._lean_steps.pop(id(self.head), None)  # a step built for the head it replaces
             self.head, self.head_name = head, name
             return
@@ -474,18 +477,35 @@ class Pair:
         self._reserve(len(ids), settings)
         self._warm_up(settings, drafter)  # normally done: compiles nothing once warm_up() ran for settings
         criteria = StopCriteria(set() if settings.ignore_eos else self.eos_ids, settings.stop, self.decode)
-        trees = None
-        if drafter is not None and drafter.tree_size:  # tree against chain rounds, measured across calls
-            key = (
-                settings.strategy,
-                settings.tree,
-                settings.tree_width,
-                settings.num_draft_tokens,
-                settings.greedy,
-            )
-            trees = self._tree_choices.setdefault(key, TreeChoice())
-        rounds = generate_rounds(self.target, drafter, ids, config, criteria, self.max_positions, trees)
+        length = self._draft_length(settings, drafter, config) if drafter is not None else None
+        rounds = generate_rounds(self.target, drafter, ids, config, criteria, self.max_positions, length)
         return self._with_text(rounds)
+
+    def _draft_length(self, settings: Settings, drafter: Drafter, config: EngineConfig) -> DraftLength:
+        """The `DraftLength` generations under these drafting settings share: acceptance per position and
+        state, round costs and tree against chain rounds carry over from one generation to the next, so
+        a pair pays the cost model's warm-up once, not once per prompt. Settings that change acceptance
+        or the round's shape (strategy, k, trees, sampling, n-grams, exit layer) each get their own;
+        max_new_tokens, seed and stop strings do not matter."""
+        key = (
+            settings.strategy,
+            settings.tree,
+            settings.tree_width,
+            settings.num_draft_tokens,
+            settings.greedy,
+            settings.fixed_k,
+            settings.temperature,
+            settings.top_k,
+            settings.top_p,
+            settings.min_p,
+            settings.draft_p_min,
+            settings.ngram_min,
+            settings.ngram_max,
+            settings.exit_layer,
+        )
+        if key not in self._draft_lengths:
+            self._draft_lengths[key] = new_draft_length(self.target, drafter, config)
+        return self._draft_lengths[key]
 
     def _reserve(self, prompt_length: int, settings: Settings) -> None:
         """Static caches: room for everything this generation can hold (the prompt, max_new_tokens and a

@@ -403,28 +403,9 @@ def _median_runs(runs: list[Measurement]) -> Measurement:
     return ordered[(len(ordered) - 1) // 2]
 
 
-def _sum_by_position(rows: list[list[int]]) -> list[int]:
-    """Elementwise sum of lists of different lengths."""
-    width = max((len(r) for r in rows), default=0)
-    return [sum(r[i] for r in rows if i < len(r)) for i in range(width)]
-
-
 def _total(stats: list[Stats]) -> Stats:
     """The counts and times of several runs added up (elapsed: bench keeps wall time apart)."""
-    return Stats(
-        drafts=sum(s.drafts for s in stats),
-        drafted=sum(s.drafted for s in stats),
-        accepted=sum(s.accepted for s in stats),
-        position_accepted=_sum_by_position([s.position_accepted for s in stats]),
-        rounds=sum(s.rounds for s in stats),
-        rejections=sum(s.rejections for s in stats),
-        tokens=sum(s.tokens for s in stats),
-        draft_time=sum(s.draft_time for s in stats),
-        verify_time=sum(s.verify_time for s in stats),
-        prefill_time=sum(s.prefill_time for s in stats),
-        position_drafted=_sum_by_position([s.position_drafted for s in stats]),
-        position_judged=_sum_by_position([s.position_judged for s in stats]),
-    )
+    return sum(stats, Stats())
 
 
 def _strategy_metrics(strategy: str, runs: list[Measurement]) -> dict[str, Any]:

@@ -78,7 +78,7 @@ class SpecCounters:
     def __add__(self, other: SpecCounters) -> SpecCounters:
         """The counters of both, count by count; one a side does not know is the other's (per position:
         the shorter padded with 0). Gives bare SpecCounters whatever the operands are."""
-        return SpecCounters(**{f: _add(getattr(self, f), getattr(other, f)) for f in COUNTS})
+        return SpecCounters(**{f: add_counts(getattr(self, f), getattr(other, f)) for f in COUNTS})
 
     def fill(self, other: SpecCounters) -> SpecCounters:
         """These counters, with `other`'s where these are not known."""
@@ -101,7 +101,8 @@ class SpecCounters:
 COUNTS = tuple(f.name for f in fields(SpecCounters))  # drafts, drafted, accepted, position_accepted
 
 
-def _add(a: Any, b: Any) -> Any:
+def add_counts(a: Any, b: Any) -> Any:
+    """a + b for counts (None: not known, the other's) and per-position lists (padded with 0)."""
     if a is None or b is None:
         return _either(a, b)
     if isinstance(a, list):

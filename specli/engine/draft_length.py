@@ -191,6 +191,11 @@ class DraftLength:
         for n, seconds in (self.verify_prior or {}).items():
             self._costs.verify[n] = [seconds * PRIOR_VERIFY_WEIGHT, PRIOR_VERIFY_WEIGHT]
 
+    def begin(self) -> None:
+        """A new generation starts: what was learned (acceptance, costs, trees) stays; a streak of plain
+        rounds does not (the new text may be worth drafting from its first round)."""
+        self._plain_streak = 0
+
     def _counts(self, state: str | None) -> tuple[list[float], list[float]]:
         if state not in self._judged:
             self._accepted[state] = [0.0] * self.max_k

@@ -10,11 +10,11 @@ each judged draft is kept with probability α.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from specli.engine.counters import SpecCounters
+from specli.engine.counters import SpecCounters, add_counts
 from specli.engine.tree import TreeRecord
 
 if TYPE_CHECKING:  # events stay importable without torch
@@ -220,6 +220,14 @@ class Stats(SpecCounters):
             self.position_drafted[i] += 1
             self.position_judged[i] += i <= r.accepted
 
+    def __add__(self, other: Stats) -> Stats:
+        """Two runs' rounds added up, count by count and time by time (per position: the shorter padded
+        with 0): the one way runs are totalled (bench's summaries: `sum(runs, Stats())`). elapsed and
+        stop_reason belong to one run, so a total has none."""
+        if not isinstance(other, Stats):
+            return NotImplemented
+        return Stats(**{name: add_counts(getattr(self, name), getattr(other, name)) for name in _ADDED})
+
     @property
     def acceptance_rate(self) -> float:
         """The counters' accepted / drafted, 0.0 when nothing was drafted. Not α."""
@@ -295,3 +303,7 @@ class Stats(SpecCounters):
             "per_position_accept_prob": self.per_position_accept_prob,
             "stop_reason": self.stop_reason.value if self.stop_reason else None,
         }
+
+
+# the Stats fields a total adds up (elapsed and stop_reason are one run's)
+_ADDED = tuple(f.name for f in fields(Stats) if f.name not in ("elapsed", "stop_reason"))

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from specli.engine.draft_length import DraftLength, TreeChoice
+from specli.engine.draft_length import DraftLength
 from specli.engine.drafter import Drafter, Proposal
 from specli.engine.events import Round, StopReason
 from specli.engine.sampling import SamplingConfig
@@ -50,41 +50,31 @@ def generate_rounds(
     config: EngineConfig,
     stop: StopCriteria,
     max_positions: int | None = None,
-    trees: TreeChoice | None = None,
+    length: DraftLength | None = None,
 ) -> Iterator[Round]:
     """Speculative generation after prompt_ids; `drafter=None` is plain decoding (one token a round).
 
     Output is the target's own: greedy token for token, sampling in distribution. Stops at EOS, stop
-    strings, max_new_tokens (never overshoots) and before max_positions (the context limit). `trees`:
-    what earlier generations measured of tree against chain rounds (updated in place), for a drafter
-    that drafts trees.
+    strings, max_new_tokens (never overshoots) and before max_positions (the context limit). `length`:
+    the drafter's `DraftLength` as earlier generations left it (acceptance, costs, tree against chain
+    rounds; updated in place, so a pair pays the warm-up once), else a new one (`new_draft_length`).
     """
     if not prompt_ids:
         raise ValueError("prompt_ids must hold at least one token")
     device = target.output_device  # verification and sampling happen where the logits are
     generator, draft_generator = _generators(config.seed, device, drafter)
     forward = _target_forward(target, drafter)
-    # the cost model's prior: forwards of n tokens timed once per model, before this generation's cache
-    # exists (llama.cpp; None: the torch engine measures none)
-    prior = target.verify_costs() if drafter is not None and not config.fixed_k else None
+    if drafter is None:
+        length = None
+    else:  # before this generation's cache exists (new_draft_length may time forwards)
+        length = length if length is not None else new_draft_length(target, drafter, config)
+        length.begin()
     start = perf_counter()
     cache = _prefill(target, drafter, prompt_ids, forward)
     synchronize(device)
     prefill_time = perf_counter() - start  # reported with the first round
     pending, generated = prompt_ids[-1], []
     limit = min(config.max_new_tokens, (max_positions or 1 << 62) - len(prompt_ids))
-    length = None
-    if drafter is not None:
-        trees = trees if trees is not None else TreeChoice()
-        length = DraftLength(
-            config.num_draft_tokens,
-            config.fixed_k,
-            drafter.parallel,
-            verify_prior=prior,
-            skip=drafter.model_free,
-            state_priors=drafter.state_priors,
-            trees=trees,
-        )
 
     for index in range(config.max_new_tokens):
         budget = limit - len(generated)  # tokens this generation may still commit
@@ -147,6 +137,21 @@ def generate_rounds(
         )
         if reason is not None:
             return
+
+
+def new_draft_length(target: CachedLM, drafter: Drafter, config: EngineConfig) -> DraftLength:
+    """A fresh `DraftLength` for `drafter` on `target` under `config`: its priors are the drafter's
+    (parallel, model-free, per-state acceptance) and, as the verify cost, forwards of n tokens that the
+    target timed once (llama.cpp; the torch engine measures none: None)."""
+    prior = target.verify_costs() if not config.fixed_k else None
+    return DraftLength(
+        config.num_draft_tokens,
+        config.fixed_k,
+        drafter.parallel,
+        verify_prior=prior,
+        skip=drafter.model_free,
+        state_priors=drafter.state_priors,
+    )
 
 
 def _verify_tree(

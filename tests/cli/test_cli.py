@@ -432,7 +432,7 @@ def test_presets_list_json():
         assert entry.pop("estimated_memory_bytes") > 0
         assert entry.pop("estimated_memory_context") == preset_context(preset, PLAN_CONTEXT)
         assert (entry.pop("user"), entry.pop("shadows")) == (False, None)
-        readiness = {key: entry.pop(key) for key in READINESS_KEYS if key in entry}  # tests/cli/test_presets.py
+        readiness = {key: entry.pop(key) for key in READINESS_KEYS if key in entry}  # test_presets.py
         assert isinstance(readiness.get("runs_here", True), bool), readiness
         assert entry == preset_to_dict(preset)
     assert {e["name"]: e["estimated_memory_context"] for e in json.loads(result.stdout)}["tiny"] == 512

@@ -336,3 +336,30 @@ def test_state_priors_set_the_first_rounds_of_each_state():
     long, short = length.choose(100, "match 16+")[0], length.choose(100, "match 1")[0]
     assert long >= 5 and short == 0  # a one-token match is not worth a two-token verify here
     assert DraftLength(16, verify_prior=costs).choose(100, "match 16+")[0] < long  # the 0.7 prior
+
+
+# --------------------------------------------------------------------------- across generations
+
+
+def test_a_pair_keeps_its_draft_length_across_generations(tokenizer):
+    """Bug caught: DraftLength rebuilt for every generation (each prompt pays the cost model's warm-up
+    again: its first WARMUP_ROUNDS rounds always "warm-up"), or kept across an attach of another drafter,
+    or shared between settings that change acceptance. The output stays the target's either way."""
+    from specli.pair import Pair
+
+    target, draft = make_model("llama", layers=2, seed=1).eval(), make_model("llama", layers=1, seed=2).eval()
+    pair = Pair(target, tokenizer, draft_model=draft, strategy="draft")
+    prompt = [5, 17, 42, 9, 100, 7]
+    first = pair.generate(prompt_ids=prompt, max_new_tokens=24, num_draft_tokens=3)
+    assert [r.draft_reason for r in first.rounds[:WARMUP_ROUNDS]] == ["warm-up"] * WARMUP_ROUNDS
+    second = pair.generate(prompt_ids=prompt, max_new_tokens=24, num_draft_tokens=3)
+    assert second.token_ids == first.token_ids
+    assert "warm-up" not in [r.draft_reason for r in second.rounds]  # learned once, kept
+    (length,) = pair._draft_lengths.values()
+    assert length.cost(1) is not None
+    other = pair.generate(prompt_ids=prompt, max_new_tokens=24, num_draft_tokens=2)  # other settings
+    assert other.rounds[0].draft_reason == "warm-up" and len(pair._draft_lengths) == 2
+    pair.attach("another", draft_model=make_model("llama", layers=1, seed=3).eval())
+    assert pair._draft_lengths == {}
+    again = pair.generate(prompt_ids=prompt, max_new_tokens=24, num_draft_tokens=3)
+    assert again.rounds[0].draft_reason == "warm-up" and again.token_ids == first.token_ids

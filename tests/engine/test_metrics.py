@@ -248,3 +248,17 @@ def test_accept_prob_by_position_counts_only_judged_drafts():
     assert stats.position_judged == [2, 2, 1]
     assert stats.per_position_accept_prob == [1.0, 0.5, 1.0]
     assert stats.per_position_acceptance == [1.0, 0.5, 0.5]
+
+
+def test_stats_add_up_as_if_every_round_were_observed_by_one():
+    """Bug caught: a total of runs (bench's summaries) that drops a count or a time (rejections,
+    prefill_time, per-position judged), adds positions misaligned, or keeps one run's elapsed."""
+    first = [make_round(4, 4), make_round(2, 0), make_round(0, 0)]
+    second = [make_round(3, 1), make_round(5, 2)]
+    one, two, both = stats_of(first), stats_of(second), stats_of(first + second)
+    one.prefill_time, two.prefill_time, both.prefill_time = 0.5, 0.25, 0.75
+    total = sum([one, two], Stats())
+    assert isinstance(total, Stats)
+    both.elapsed, both.stop_reason = 0.0, None  # one run's, so a total has none
+    assert total == both
+    assert total.position_judged == both.position_judged and len(total.position_drafted) == 5

@@ -445,7 +445,7 @@ def test_a_pair_remembers_tree_against_chain_rounds_across_generations(tree_pair
     tree and chain rounds carry over from one generation to the next (and not to other settings)."""
     ids = tree_pair.encode(PROMPTS[0], chat=False)
     tree_pair.generate(prompt_ids=ids, max_new_tokens=24, tree=8, tree_width=3)
-    (choice,) = [c for key, c in tree_pair._tree_choices.items() if key[:3] == ("draft", 8, 3)]
+    (choice,) = [c.trees for key, c in tree_pair._draft_lengths.items() if key[:3] == ("draft", 8, 3)]
     first = sum(entry[2] for entry in choice.modes.values())
     assert first > 0
     result = tree_pair.generate(prompt_ids=ids, max_new_tokens=24, tree=8, tree_width=3)
@@ -453,4 +453,5 @@ def test_a_pair_remembers_tree_against_chain_rounds_across_generations(tree_pair
         1 for r in result.rounds if r.drafted
     )
     tree_pair.generate(prompt_ids=ids, max_new_tokens=8, tree=4, tree_width=3)
-    assert len([key for key in tree_pair._tree_choices if key[:3] in (("draft", 8, 3), ("draft", 4, 3))]) == 2
+    kinds = (("draft", 8, 3), ("draft", 4, 3))
+    assert len([key for key in tree_pair._draft_lengths if key[:3] in kinds]) == 2

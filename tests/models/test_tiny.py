@@ -124,7 +124,7 @@ def test_shipped_pair_sizes():
     assert 1 <= draft["num_hidden_layers"] <= 2
     tiny = [d for d in embedded_dir().iterdir() if d.name.startswith("tiny-")]
     total = sum(f.stat().st_size for d in tiny for f in d.rglob("*") if f.is_file())
-    assert total <= 40 * 2**20  # the tiny pair's own; all embedded models: tests/drafters/test_smollm2_drafters.py
+    assert total <= 40 * 2**20  # the tiny pair's own; all: test_smollm2_drafters.py
 
 
 def test_default_is_the_tiny_pair_and_lossless():
