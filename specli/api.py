@@ -23,11 +23,10 @@ from typing import Any
 import torch
 
 from specli.errors import UsageError
-from specli.models import head_formats, loading, plan
+from specli.models import engines, head_formats, loading, plan
 from specli.models.cached_lm import CachedLM
 from specli.models.eagle_head import EagleHead
 from specli.models.layer_stack import check_architecture
-from specli.models.llama_cpp import engines
 from specli.models.placement import Placement
 from specli.models.plan import ModelToLoad
 from specli.pair import Pair
@@ -148,9 +147,15 @@ def load(
     if compile:
         for name in wanted.strategies:  # before any weights load
             check_compile(name)
-    if chosen == engines.LLAMA:
-        return _load_llama(
-            spec, wanted, _Fetcher(allow_pickle, trust_remote_code, download_bars), threads, progress, trees
+    if chosen != engines.TORCH:
+        return _load_on(
+            chosen,
+            spec,
+            wanted,
+            _Fetcher(allow_pickle, trust_remote_code, download_bars),
+            threads,
+            progress,
+            trees,
         )
     dev = loading.resolve_device(device)
     probe = BusyProbe()  # what other processes use while we load decides threads="auto"
@@ -232,13 +237,14 @@ def choose_engine(
             "llama.cpp runs the GGUF in its own quantization on the CPU.",
             "Drop them, or use --engine torch.",
         )
-    from specli.models.llama_cpp.library import available
     from specli.models.llama_cpp.load import is_gguf
 
-    return engines.choose(asked, gguf_target=is_gguf(target), strategies=strategies, installed=available())
+    installed = engines.installed(engines.LLAMA)
+    return engines.choose(asked, gguf_target=is_gguf(target), strategies=strategies, installed=installed)
 
 
-def _load_llama(
+def _load_on(
+    engine: str,
     spec: Preset | None,
     wanted: _Wanted,
     fetcher: _Fetcher,
@@ -246,17 +252,16 @@ def _load_llama(
     progress: bool,
     trees: dict[str, int],
 ) -> Pair:
-    """`load` on the llama.cpp engine: configs and tokenizers as for torch (the GGUF's metadata, read
-    into specli's cache without weights), the same tokenizer check for a drafter, then llama.cpp models
-    of the files themselves."""
-    from specli.models.llama_cpp import load as llama_load
-
+    """`load` on an engine other than torch (the engine table's loader; llama.cpp): configs and
+    tokenizers as for torch (a GGUF's metadata, read into specli's cache without weights), the same
+    tokenizer check for a drafter, then that engine's models of the files themselves."""
+    load_model = engines.model_loader(engine)
     probe = BusyProbe()
     with _progress_bars(progress, hub=fetcher.download_bars is None):
         models, tokenizer, _ = _fetch_and_check(replace(wanted, head=None), fetcher)
     apply_threads(threads, probe)
-    target_model = llama_load.load_model(models[0].name, models[0].folder)
-    draft_model = llama_load.load_model(models[1].name, models[1].folder) if len(models) > 1 else None
+    target_model = load_model(models[0].name, models[0].folder)
+    draft_model = load_model(models[1].name, models[1].folder) if len(models) > 1 else None
     pair = _pair(spec, wanted, models, tokenizer, (target_model, draft_model))
     pair.later = _Later(spec, models[0], fetcher, None, progress) if spec is not None else None
     if trees:
@@ -479,10 +484,9 @@ class _Later:
             head_formats.refuse_head_as_model(model.folder, model.name)
             tokenizer = self.fetcher.tokenizer(model)
             loading.check_tokenizers(pair.tokenizer, tokenizer, pair.target_name, model.name)
-            if pair.engine == engines.LLAMA:  # the drafter's GGUF (or specli's GGUF of it)
-                from specli.models.llama_cpp import load as llama_load
-
-                pair.attach(model.name, draft_model=llama_load.load_model(model.name, model.folder))
+            if pair.engine != engines.TORCH:  # the drafter's file for that engine (llama.cpp: its GGUF)
+                load_model = engines.model_loader(pair.engine)
+                pair.attach(model.name, draft_model=load_model(model.name, model.folder))
                 return True
             device = CachedLM(pair.target_model).output_device
             needs = plan.estimate_needs([model], device, self.fetcher.trust_remote_code)

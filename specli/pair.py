@@ -19,11 +19,10 @@ from specli.engine.events import Round, Stats
 from specli.engine.loop import EngineConfig, generate_rounds, new_draft_length
 from specli.engine.stopping import StopCriteria
 from specli.errors import UsageError
-from specli.models import loading
+from specli.models import engines, loading
 from specli.models.cached_lm import CachedLM, synchronize
 from specli.models.eagle_head import EagleHead
 from specli.models.layer_stack import check_layer_stack
-from specli.models.llama_cpp import engines
 from specli.models.llama_cpp.lm import LlamaLM, LlamaModel
 from specli.models.own_forward.decoder import LeanDecoder
 from specli.models.own_forward.head import LeanHead
@@ -195,10 +194,9 @@ class Pair:
         self.draft_max_positions = loading.model_max_positions(draft_model) if draft_model else None
         self.target = _cached_lm(target_model, target_name, self.max_positions, compile)
         self.engine = self.target.engine  # "torch" or "llama.cpp"
-        if self.engine == engines.LLAMA:
-            engines.check_strategies([self.strategy])
-            if compile:
-                raise UsageError("--compile is for the torch engine.", "Drop it, or use --engine torch.")
+        engines.check_strategies([self.strategy], self.engine)
+        if self.engine == engines.LLAMA and compile:
+            raise UsageError("--compile is for the torch engine.", "Drop it, or use --engine torch.")
         self.draft = (
             _cached_lm(draft_model, draft_name or "the drafter", self.draft_max_positions, compile)
             if draft_model is not None
@@ -257,9 +255,8 @@ class Pair:
         """What only the loaded models can tell: the weights the strategy drafts with (the strategy
         table's `model`); for one drafting with the target's own layers ('self'), a supported target and
         an exit layer inside it. Fills exit_layer whenever the target can self-speculate."""
-        if self.engine == engines.LLAMA:
-            engines.check_strategies([settings.strategy])
-            engines.check_tree(settings.tree if entry(settings.strategy).drafts else 0)
+        engines.check_strategies([settings.strategy], self.engine)  # what the engine table refuses
+        engines.check_tree(settings.tree if entry(settings.strategy).drafts else 0, self.engine)
         self._load_missing(settings.strategy)
         if self.compile:
             check_compile(settings.strategy)

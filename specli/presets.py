@@ -141,7 +141,7 @@ class Preset(_Spec):
     head: ModelSpec | None = None  # an EAGLE head for `--strategy eagle` when the preset drafts otherwise
     speculation: SpeculationSpec = Field(default_factory=SpeculationSpec)
     generation: GenerationSpec = Field(default_factory=GenerationSpec)
-    # which engine evaluates the models (specli.models.llama_cpp.engines): auto picks llama.cpp for a
+    # which engine evaluates the models (specli.models.engines): auto picks llama.cpp for a
     # GGUF target when llama-cpp-python is installed
     engine: Literal["auto", "torch", "llama.cpp"] = "auto"
     notes: str = ""

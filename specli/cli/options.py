@@ -17,7 +17,7 @@ import typer
 from specli.cli.prompt_input import check_text
 from specli.errors import SpecliError, UsageError
 from specli.models import sources
-from specli.models.llama_cpp.engines import check_engine
+from specli.models.engines import check_engine
 from specli.models.model_dirs import config_max_positions
 from specli.presets import MAX_TREE_NODES, MAX_TREE_WIDTH, Preset, resolve_preset
 from specli.settings import Settings, check_strategy, resolve_settings

@@ -20,11 +20,11 @@ import torch
 from specli.engine.draft_length import DraftLength
 from specli.engine.drafter import Drafter, Proposal
 from specli.engine.events import Round, StopReason
+from specli.engine.model import TargetModel
 from specli.engine.sampling import SamplingConfig
 from specli.engine.stopping import StopCriteria
 from specli.engine.tree import ancestor_mask, depths, subtree
 from specli.engine.verify import Verdict, verify, verify_tree
-from specli.models.cached_lm import CachedLM, synchronize
 
 TargetForward = Callable[..., torch.Tensor]  # (ids [n], cache, last_only=False) -> logits [n|1, V]
 
@@ -44,7 +44,7 @@ class EngineConfig:
 
 
 def generate_rounds(
-    target: CachedLM,
+    target: TargetModel,
     drafter: Drafter | None,
     prompt_ids: list[int],
     config: EngineConfig,
@@ -71,7 +71,7 @@ def generate_rounds(
         length.begin()
     start = perf_counter()
     cache = _prefill(target, drafter, prompt_ids, forward)
-    synchronize(device)
+    target.synchronize()
     prefill_time = perf_counter() - start  # reported with the first round
     pending, generated = prompt_ids[-1], []
     limit = min(config.max_new_tokens, (max_positions or 1 << 62) - len(prompt_ids))
@@ -90,7 +90,7 @@ def generate_rounds(
         else:
             proposal = drafter.propose(k, config.sampling, draft_generator) if k > 0 else Proposal.empty()
         draft_ids = proposal.ids.to(device)  # [k] (a tree: [N]); only token ids (and q) cross devices
-        synchronize(device)
+        target.synchronize()
         t1 = perf_counter()  # verify: one target forward over [pending, d_1..d_k]
         if proposal.is_tree and drafter is not None and length is not None:
             nodes = length.choose_nodes(proposal.parents, proposal.probs, t1 - t0)
@@ -139,7 +139,7 @@ def generate_rounds(
             return
 
 
-def new_draft_length(target: CachedLM, drafter: Drafter, config: EngineConfig) -> DraftLength:
+def new_draft_length(target: TargetModel, drafter: Drafter, config: EngineConfig) -> DraftLength:
     """A fresh `DraftLength` for `drafter` on `target` under `config`: its priors are the drafter's
     (parallel, model-free, per-state acceptance) and, as the verify cost, forwards of n tokens that the
     target timed once (llama.cpp; the torch engine measures none: None)."""
@@ -155,7 +155,7 @@ def new_draft_length(target: CachedLM, drafter: Drafter, config: EngineConfig) -
 
 
 def _verify_tree(
-    target: CachedLM,
+    target: TargetModel,
     drafter: Drafter,
     proposal: Proposal,
     nodes: list[int],
@@ -207,7 +207,7 @@ def _generators(
     return generator, torch.Generator(device=draft_device).manual_seed(seed + 1)
 
 
-def _target_forward(target: CachedLM, drafter: Drafter | None) -> TargetForward:
+def _target_forward(target: TargetModel, drafter: Drafter | None) -> TargetForward:
     """The target forward every step runs, chosen once: plain; computed inside a drafter that shares the
     target's cache (self); or plain plus the hidden states a feature-reading drafter (EAGLE) observes."""
     if drafter is None:
@@ -232,7 +232,9 @@ def _target_forward(target: CachedLM, drafter: Drafter | None) -> TargetForward:
     return target.forward
 
 
-def _prefill(target: CachedLM, drafter: Drafter | None, prompt_ids: list[int], forward: TargetForward) -> Any:
+def _prefill(
+    target: TargetModel, drafter: Drafter | None, prompt_ids: list[int], forward: TargetForward
+) -> Any:
     """A fresh target cache holding prompt_ids but the last token; the drafter reset (and attached)."""
     if drafter is not None:
         drafter.reset(prompt_ids)

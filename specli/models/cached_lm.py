@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from specli.models.static_cache import StaticKV, StaticStore, compile_call
+from specli.models.static_cache import StaticKV, StaticStore, compact_positions, compile_call
 
 COMPILED_TOKENS = 16  # default longest compiled forward; a Pair sets k + 1 per generation
 SLIDING_ROLLBACK_VERSION = "5.18"  # first transformers whose sliding layers survive forwards in a row
@@ -139,7 +139,7 @@ class CachedLM:
             return 0
         cache = self.new_cache()
         calls = 3 if self.device.type == "cuda" else 1  # cudagraph trees: warm-up, record, replay
-        with _grad_mode(cache):
+        with cache.grad_mode():
             self._run(torch.zeros(1, dtype=torch.long), cache, last_only=True)  # eager: the cache exists
             extra = {"output_hidden_states": True} if features else {}
             for n in todo:
@@ -148,6 +148,10 @@ class CachedLM:
                     self.rewind(cache, n)
                 self._warm.add((n, last_only, features, capacity))
         return len(todo) * calls
+
+    def synchronize(self) -> None:
+        """Wait for the output device's queued work (CUDA); a no-op on a CPU."""
+        synchronize(self.output_device)
 
     def verify_costs(self) -> dict[int, float] | None:
         """Seconds of a forward of n tokens measured at load, for the draft-length cost model: None here
@@ -164,8 +168,8 @@ class CachedLM:
             return self._static.fresh()
         return self._dynamic_cache()
 
-    def _dynamic_cache(self) -> DynamicCache:
-        cache = DynamicCache(config=self.model.config)
+    def _dynamic_cache(self) -> DynamicKV:
+        cache = DynamicKV(config=self.model.config)
         if hasattr(cache, "activate_past_recording"):  # sliding-window layers must be able to roll back
             cache.activate_past_recording()
         return cache
@@ -183,21 +187,18 @@ class CachedLM:
         kwargs = {"use_cache": True, **extra}
         if last_only and self._has_logits_to_keep:
             kwargs["logits_to_keep"] = 1
-        static = isinstance(cache, StaticKV)
         if tree is not None:
             positions, visible = tree
-            columns = self._static.capacity if static else visible.shape[1]
-            kwargs["attention_mask"] = self._mask4d(visible, columns)
+            kwargs["attention_mask"] = self._mask4d(visible, cache.mask_columns(visible.shape[1]))
             kwargs["position_ids"] = positions.to(self.device)[None]
-        if not static:
-            return self.model(input_ids=ids.to(self.device)[None], **{self._cache_kw: cache}, **kwargs)
         ids = ids.to(self.device).clone()[None]  # [1, n]; a plain tensor even if the caller's was not
         n = ids.shape[1]
         cache.begin(n)
-        kwargs[self._cache_kw] = cache.cache
-        kwargs.setdefault("position_ids", cache.position_ids(n, ids.device))
-        warm = self._static.initialized and cache.length > 0  # the first forward on a cache stays eager
-        if self._compiled is not None and warm and n <= self.compiled_tokens and tree is None:
+        kwargs[self._cache_kw] = cache.model_cache
+        positions = cache.position_ids(n, ids.device)  # None: the model counts them (a dynamic cache)
+        if positions is not None:
+            kwargs.setdefault("position_ids", positions)
+        if self._compiled is not None and cache.replayable and n <= self.compiled_tokens and tree is None:
             if ids.device.type == "cuda":
                 torch.compiler.cudagraph_mark_step_begin()  # every call its own step: outputs are copied
             out = _copied(self._compiled(input_ids=ids, **kwargs))
@@ -208,7 +209,7 @@ class CachedLM:
 
     def forward(self, ids: torch.Tensor, cache: AnyCache, *, last_only: bool = False) -> torch.Tensor:
         """Run ids [n] after what `cache` holds; returns logits [n, V] (or [1, V] when last_only)."""
-        with _grad_mode(cache):
+        with cache.grad_mode():
             logits = self._run(ids, cache, last_only).logits[0]  # [n|1, V]
             return logits[-1:] if last_only else logits
 
@@ -217,7 +218,7 @@ class CachedLM:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """`forward` that also returns the hidden states `layers` (output_hidden_states indices) of every
         position: (logits [n|1, V], features [n, len(layers) * H], concatenated in the order given)."""
-        with _grad_mode(cache):
+        with cache.grad_mode():
             out = self._run(ids, cache, last_only, output_hidden_states=True)
             logits = out.logits[0]  # [n|1, V]
             device = logits.device
@@ -226,7 +227,7 @@ class CachedLM:
 
     def cache_length(self, cache: AnyCache) -> int:
         """Positions `cache` holds."""
-        return cache.length if isinstance(cache, StaticKV) else cache.get_seq_length()
+        return cache.length
 
     def _mask4d(self, visible: torch.Tensor, columns: int) -> torch.Tensor:
         """visible [n, m] (bool: which keys each query sees) -> the model's 4D attention mask [1, 1, n,
@@ -254,7 +255,7 @@ class CachedLM:
         the prefix and its ancestors) -> (logits [n, V], the hidden states `layers` [n, F] or None). The
         cache grows by n positions; `keep` then compacts them."""
         extra = {"output_hidden_states": True} if layers else {}
-        with _grad_mode(cache):
+        with cache.grad_mode():
             out = self._run(ids, cache, False, tree=(positions, visible), **extra)
             logits = out.logits[0]  # [n, V]
             if not layers:
@@ -266,19 +267,10 @@ class CachedLM:
     def keep(cache: AnyCache, n: int, kept: list[int]) -> None:
         """Of the newest n positions keep only `kept` (ascending offsets into them), moved to the front of
         that block in order; the rest are dropped. A tree's verify block becomes its accepted path."""
-        moved = kept != list(range(len(kept)))
-        if moved:
-            with _grad_mode(cache):
-                if isinstance(cache, StaticKV):
-                    start = cache.length - n
-                    for layer in cache.cache.layers:
-                        _compact(layer.keys, layer.values, start, kept)
-                else:
-                    for layer in cache.layers:
-                        if getattr(layer, "is_initialized", True) and layer.keys is not None:
-                            start = layer.keys.shape[-2] - n
-                            _compact(layer.keys, layer.values, start, kept)
-        CachedLM.rewind(cache, n - len(kept))
+        if kept != list(range(len(kept))):  # else they already sit in front
+            with cache.grad_mode():
+                cache.compact(n, kept)
+        cache.rewind(n - len(kept))
 
     @property
     def sliding_window(self) -> int | None:
@@ -292,48 +284,73 @@ class CachedLM:
 
     @staticmethod
     def rewind(cache: AnyCache, n: int) -> None:
-        """Drop the newest n >= 0 positions from the cache (transformers 5: negative crop removes; a
-        static cache just moves its position back); with n = 0, settle it."""
-        if isinstance(cache, StaticKV):
-            cache.rewind(n)
-        elif n > 0:
-            cache.crop(-n)
-        else:
-            CachedLM.settle(cache)
+        """Drop the newest n >= 0 positions from the cache (a dynamic cache crops them, a static one
+        moves its position back); with n = 0 a dynamic cache settles."""
+        cache.rewind(n)
 
     @staticmethod
     def settle(cache: AnyCache) -> None:
+        """After a forward whose positions all stay: trim sliding-window layers back to their window
+        (a dynamic cache; a static one has no sliding layers)."""
+        cache.settle()
+
+
+class DynamicKV(DynamicCache):
+    """transformers' DynamicCache with the interface `StaticKV` has, so `CachedLM` never asks which kind
+    of cache it holds: the model receives it as it is (model_cache), positions are the model's to count
+    (position_ids None), no compiled call replays on it, and rewind / compact / settle / grad_mode are
+    its own."""
+
+    @property
+    def model_cache(self) -> DynamicKV:
+        return self
+
+    @property
+    def length(self) -> int:
+        """Positions the cache holds."""
+        return self.get_seq_length()
+
+    replayable = False  # compiled calls run on static caches only
+
+    def mask_columns(self, seen: int) -> int:
+        """Key columns of a 4D mask for a masked forward seeing `seen` keys: exactly those."""
+        return seen
+
+    def begin(self, n: int) -> None:
+        """Nothing to check before a forward: a dynamic cache grows as it needs."""
+
+    def position_ids(self, n: int, device: torch.device) -> None:
+        return None
+
+    def advance(self, n: int) -> None:
+        """The forward appended the positions itself."""
+
+    def compact(self, n: int, kept: list[int]) -> None:
+        """Of the newest n positions, move `kept` (ascending offsets) to the front of that block (each
+        layer's own newest n: a sliding layer's total differs)."""
+        for layer in self.layers:
+            if getattr(layer, "is_initialized", True) and layer.keys is not None:
+                compact_positions(layer.keys, layer.values, layer.keys.shape[-2] - n, kept)
+
+    def rewind(self, n: int) -> None:
+        """Drop the newest n >= 0 positions (transformers 5: a negative crop removes); n = 0 settles."""
+        if n > 0:
+            self.crop(-n)
+        else:
+            self.settle()
+
+    def settle(self) -> None:
         """After a forward whose positions all stay: trim sliding-window layers back to their window.
-
         Recording layers keep every position until a crop so they can roll back; transformers < 5.18
-        needs that crop before the next forward, later versions free the memory with it. Static caches
-        (no sliding layers) need nothing.
-        """
-        if isinstance(cache, StaticKV):
-            return
-        if any(getattr(layer, "is_sliding", False) for layer in cache.layers):
-            cache.crop(0)
+        needs that crop before the next forward, later versions free the memory with it."""
+        if any(getattr(layer, "is_sliding", False) for layer in self.layers):
+            self.crop(0)
 
-
-def _compact(keys: torch.Tensor, values: torch.Tensor, start: int, kept: list[int]) -> None:
-    """Copy positions start + kept (along dim -2 of keys and values [.., T, d]) to start, start + 1, .."""
-    index = torch.tensor(kept, device=keys.device) + start
-    end = start + len(kept)
-    keys[..., start:end, :] = keys.index_select(-2, index)
-    values[..., start:end, :] = values.index_select(-2, index)
-
-
-@contextmanager
-def _grad_mode(cache: Any) -> Iterator[None]:
-    """inference_mode for dynamic caches; for a static one no_grad with inference mode off, whatever the
-    caller's: its tensors outlive the call and compiled graphs update them in place, which inference
-    tensors only allow inside inference mode."""
-    if not isinstance(cache, StaticKV):
+    @contextmanager
+    def grad_mode(self) -> Iterator[None]:
+        """inference_mode: the cache's tensors live only inside the engine's forwards."""
         with torch.inference_mode():
             yield
-        return
-    with torch.inference_mode(False), torch.no_grad():
-        yield
 
 
 def _copied(out: Any) -> Any:

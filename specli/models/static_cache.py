@@ -15,6 +15,8 @@ only when a generation needs more room than it has (and then the compiled graphs
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -75,7 +77,11 @@ def static_cache_problem(model: Any) -> str | None:
 class StaticKV:
     """One generation's handle on a model's static cache: the transformers StaticCache and the number of
     positions specli holds in it (`length`). Positions past `length` hold stale keys that the causal mask
-    hides and the next forward overwrites."""
+    hides and the next forward overwrites.
+
+    The same small interface as the dynamic cache (`cached_lm.DynamicKV`), so `CachedLM` never asks which
+    kind it holds: model_cache (what the forward receives), begin / position_ids / advance around a
+    forward, replayable (a compiled call may run), mask_columns, compact, rewind, settle, grad_mode."""
 
     def __init__(self, store: StaticStore, cache: Any, epoch: int) -> None:
         self._store = store
@@ -105,9 +111,41 @@ class StaticKV:
                 "(reserve more before generating)"
             )
 
-    def position_ids(self, n: int, device: torch.device) -> torch.Tensor:
+    @property
+    def model_cache(self) -> Any:
+        """What the model's forward receives: the transformers StaticCache."""
+        return self.cache
+
+    @property
+    def replayable(self) -> bool:
+        """Whether a compiled call may run the next forward: not the first on a new cache (its tensors
+        must exist), which stays eager."""
+        return self._store.initialized and self.length > 0
+
+    def mask_columns(self, seen: int) -> int:
+        """Key columns of a 4D mask for a masked forward seeing `seen` keys: the whole capacity."""
+        return self.capacity
+
+    def position_ids(self, n: int, device: torch.device) -> torch.Tensor | None:
         """[1, n] positions of the next n tokens."""
         return torch.arange(self.length, self.length + n, device=device)[None]
+
+    def compact(self, n: int, kept: list[int]) -> None:
+        """Of the newest n positions, move `kept` (ascending offsets) to the front of that block."""
+        start = self.length - n
+        for layer in self.cache.layers:
+            compact_positions(layer.keys, layer.values, start, kept)
+
+    def settle(self) -> None:
+        """Nothing to trim: a static cache has no sliding layers."""
+
+    @contextmanager
+    def grad_mode(self) -> Iterator[None]:
+        """no_grad with inference mode off, whatever the caller's: the cache's tensors outlive the call
+        and compiled graphs update them in place, which inference tensors only allow inside inference
+        mode."""
+        with torch.inference_mode(False), torch.no_grad():
+            yield
 
     def advance(self, n: int) -> None:
         self.length += n
@@ -194,3 +232,11 @@ def compiled_graphs() -> int:
     except ImportError:  # pragma: no cover - every supported torch has it
         return 0
     return int(counters["stats"]["unique_graphs"])
+
+
+def compact_positions(keys: torch.Tensor, values: torch.Tensor, start: int, kept: list[int]) -> None:
+    """Copy positions start + kept (along dim -2 of keys and values [.., T, d]) to start, start + 1, .."""
+    index = torch.tensor(kept, device=keys.device) + start
+    end = start + len(kept)
+    keys[..., start:end, :] = keys.index_select(-2, index)
+    values[..., start:end, :] = values.index_select(-2, index)

@@ -31,7 +31,8 @@ PROMPT = [0, 1, 2]
 
 
 class FixedTarget:
-    """The CachedLM interface the engine uses, returning log P at every position; the cache is a length."""
+    """The target model interface the engine uses (engine/model.py), returning log P at every position;
+    the cache is a length."""
 
     device = output_device = torch.device("cpu")
     vocab_size = V
@@ -52,6 +53,9 @@ class FixedTarget:
 
     def verify_costs(self) -> None:  # no verify prior: the cost model measures as it goes
         return None
+
+    def synchronize(self) -> None:
+        pass
 
 
 class FixedDrafter(Drafter):

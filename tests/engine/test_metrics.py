@@ -24,7 +24,8 @@ K = 4
 
 
 class SuccessorTarget:
-    """A stand-in CachedLM whose greedy next token after t is (t + 1) mod V, whatever came before."""
+    """A stand-in target model (engine/model.py) whose greedy next token after t is (t + 1) mod V,
+    whatever came before."""
 
     device = output_device = torch.device("cpu")
     vocab_size = V
@@ -44,6 +45,10 @@ class SuccessorTarget:
 
     @staticmethod
     def settle(cache: list[int]) -> None:
+        pass
+
+    @staticmethod
+    def synchronize() -> None:
         pass
 
 

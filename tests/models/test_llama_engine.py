@@ -24,7 +24,7 @@ from specli.engine.loop import EngineConfig, generate_rounds
 from specli.engine.sampling import SamplingConfig, process_logits
 from specli.engine.stopping import StopCriteria
 from specli.errors import UsageError
-from specli.models.llama_cpp import engines
+from specli.models import engines
 from specli.models.sources import embedded_model
 
 PROMPTS = [

@@ -72,17 +72,19 @@ def test_the_check_sees_a_crossing(tmp_path):
     }
 
 
-# Bottom first. A room imports only rooms before it (and itself). The strategy table, the version and the
-# wording are leaves every layer may read; the pair composes models, drafters, presets and settings; the
-# views and producers (bench, training, render, serve) sit above the pair; the CLI on top.
+# Bottom first. A room imports only rooms before it (and itself). The strategy table and the version are
+# leaves every layer may read; the engine owns the seams (the drafter and target model protocols) that
+# models/ and drafters/ implement, so it imports neither; the pair composes models, drafters, presets
+# and settings; the views and producers (bench, training, render, serve) sit above the pair; the CLI on
+# top.
 LAYERS = (
     "errors",
     "text",
     "version",
     "strategies",
     "threads",
-    "models",
     "engine",
+    "models",
     "wording",
     "presets",
     "settings",

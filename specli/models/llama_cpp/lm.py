@@ -149,6 +149,9 @@ class LlamaLM:
     def warm_up(self, lengths: range, **_: Any) -> int:
         return 0  # nothing is compiled
 
+    def synchronize(self) -> None:
+        """Nothing queued: llama_decode returns when the forward is done."""
+
     def verify_costs(self) -> dict[int, float]:
         """Seconds of a forward of n tokens after a 64-token prefix, for n in VERIFY_LENGTHS (the best of
         three), measured once per model and thread count: the cost model's prior (draft_length)."""
