@@ -74,10 +74,8 @@ FormatOpt = Annotated[
 ]
 
 
-@app.command(
-    "export",
-    cls=Command,
-    epilog="Examples:\n\n"
+EXAMPLES = (
+    "Examples:\n\n"
     "  specli export vllm --preset llama-8b-eagle3\n\n"
     "  specli export vllm --preset llama-70b-1b --tp 4 --pp 2 --port 8000   # 2 nodes x 4 GPUs (Ray)\n\n"
     "  specli export vllm --preset llama-8b-pard --format json              # the --speculative-config\n\n"
@@ -87,8 +85,11 @@ FormatOpt = Annotated[
     "Notes (options an engine has no counterpart for, assumptions, where files are) go to stderr as "
     "'note: ...'. Self-speculation runs in none of the engines; PARD and P-EAGLE parallel drafting in "
     "vLLM only. Nothing is downloaded or loaded: a drafter's kind comes from its config.json (local "
-    "folder, embedded, hub cache) or the shipped presets.",
+    "folder, embedded, hub cache) or the shipped presets."
 )
+
+
+@app.command("export", cls=Command, epilog=EXAMPLES)
 def export_command(
     engine: EngineArg,
     preset: PresetOpt = None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -39,14 +39,19 @@ from specli.cli.options import (
 from specli.errors import SpecliError, UsageError
 from specli.threads import AUTO
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from specli.pair import Pair
+    from specli.settings import Settings
+
 EXTRA_HINT = "pip install -e '.[serve]' (in the specli checkout)"
 KEY_VARIABLE = "SPECLI_API_KEY"
 ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s?#]+", re.IGNORECASE)  # scheme://host[:port], no path
 
 
-@app.command(
-    cls=Command,
-    epilog="Examples:\n\n"
+EXAMPLES = (
+    "Examples:\n\n"
     "  specli serve                          # the embedded tiny pair, offline\n\n"
     "  specli serve --preset llama-8b-1b --port 8080\n\n"
     "  specli serve --target ./target --draft ./drafter -k 6 --max-queue 4\n\n"
@@ -58,8 +63,46 @@ ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s?#]+", re.IGNORECASE)  # scheme:/
     "and /v1/models/{id}, GET /metrics (Prometheus), GET /health. Requests run one at a time in arrival "
     "order (batch size 1); "
     "each answer carries a spec_decode object (drafts, draft_tokens, accepted_tokens, acceptance_rate, "
-    "mean_acceptance_length).",
+    "mean_acceptance_length)."
 )
+MaxNewOpt = Annotated[
+    int | None, typer.Option(help="max_tokens of a request that gives none (default: the preset's).")
+]
+TemperatureOpt = Annotated[
+    float | None,
+    typer.Option(help="temperature of a request that gives none (default: the preset's; 0 = greedy)."),
+]
+TopKOpt = Annotated[int | None, typer.Option(help="top_k of a request that gives none (0 = off).")]
+TopPOpt = Annotated[float | None, typer.Option(help="top_p of a request that gives none (1 = off).")]
+HostOpt = Annotated[
+    str,
+    typer.Option(help="Address to listen on. Anything but loopback without --api-key prints a warning."),
+]
+PortOpt = Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on (0: any free port).")]
+ApiKeyOpt = Annotated[
+    str | None,
+    typer.Option(
+        envvar=KEY_VARIABLE,
+        show_default=False,
+        help="Require 'Authorization: Bearer KEY' on every route but /health (an empty key is refused).",
+    ),
+]
+CorsOriginOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        show_default=False,
+        help="Let browser pages from this origin call the API (CORS), e.g. http://localhost:3000; repeat "
+        "for more, '*' for any. Off by default.",
+    ),
+]
+MaxQueueOpt = Annotated[
+    int,
+    typer.Option(min=0, help="Requests that may wait while one runs; more get 503 (0: none wait)."),
+]
+HiddenCompileOpt = Annotated[bool, typer.Option("--compile", hidden=True)]
+
+
+@app.command(cls=Command, epilog=EXAMPLES)
 def serve(
     preset: PresetOpt = None,
     target: TargetOpt = None,
@@ -73,40 +116,15 @@ def serve(
     num_draft_tokens: DraftTokensOpt = None,
     tree: TreeOpt = None,
     tree_width: TreeWidthOpt = None,
-    max_new_tokens: Annotated[
-        int | None, typer.Option(help="max_tokens of a request that gives none (default: the preset's).")
-    ] = None,
-    temperature: Annotated[
-        float | None,
-        typer.Option(help="temperature of a request that gives none (default: the preset's; 0 = greedy)."),
-    ] = None,
-    top_k: Annotated[int | None, typer.Option(help="top_k of a request that gives none (0 = off).")] = None,
-    top_p: Annotated[float | None, typer.Option(help="top_p of a request that gives none (1 = off).")] = None,
-    host: Annotated[
-        str,
-        typer.Option(help="Address to listen on. Anything but loopback without --api-key prints a warning."),
-    ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on (0: any free port).")] = 8000,
-    api_key: Annotated[
-        str | None,
-        typer.Option(
-            envvar=KEY_VARIABLE,
-            show_default=False,
-            help="Require 'Authorization: Bearer KEY' on every route but /health (an empty key is refused).",
-        ),
-    ] = None,
-    cors_origin: Annotated[
-        list[str] | None,
-        typer.Option(
-            show_default=False,
-            help="Let browser pages from this origin call the API (CORS), e.g. http://localhost:3000; repeat "
-            "for more, '*' for any. Off by default.",
-        ),
-    ] = None,
-    max_queue: Annotated[
-        int,
-        typer.Option(min=0, help="Requests that may wait while one runs; more get 503 (0: none wait)."),
-    ] = 16,
+    max_new_tokens: MaxNewOpt = None,
+    temperature: TemperatureOpt = None,
+    top_k: TopKOpt = None,
+    top_p: TopPOpt = None,
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 8000,
+    api_key: ApiKeyOpt = None,
+    cors_origin: CorsOriginOpt = None,
+    max_queue: MaxQueueOpt = 16,
     device: DeviceOpt = "auto",
     dtype: DtypeOpt = None,
     quant: QuantOpt = None,
@@ -116,19 +134,17 @@ def serve(
     engine: EngineOpt = None,
     no_color: NoColorOpt = False,
     debug: DebugOpt = False,
-    compile: Annotated[bool, typer.Option("--compile", hidden=True)] = False,
+    compile: HiddenCompileOpt = False,
 ) -> None:
     """Serve a pair over an OpenAI-compatible HTTP API; output is exactly the target's own."""
     models = ModelOptions(
         preset=preset, target=target, draft=draft, strategy=strategy, device=device, dtype=dtype,
         quant=quant, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, threads=threads,
-        engine=engine,
-    )  # fmt: skip
+        engine=engine)  # fmt: skip
     options = GenerationOptions(
         max_new_tokens=max_new_tokens, num_draft_tokens=num_draft_tokens, temperature=temperature,
         top_k=top_k, top_p=top_p, exit_layer=exit_layer, ngram_min=ngram_min, ngram_max=ngram_max,
-        fixed_k=fixed_k or None, draft_p_min=draft_p_min, tree=tree, tree_width=tree_width,
-    )  # fmt: skip
+        fixed_k=fixed_k or None, draft_p_min=draft_p_min, tree=tree, tree_width=tree_width)  # fmt: skip
     with user_errors(debug):
         if compile:
             raise UsageError(
@@ -189,13 +205,12 @@ def _serve(
     try:  # the extra, before anything loads
         from specli.serve import ServeConfig, create_app
         from specli.serve.prompts import has_chat_template
-        from specli.serve.server import bind, is_loopback, run, url
+        from specli.serve.server import bind, run, url
     except ImportError as e:
         raise SpecliError(f"specli serve needs the serve extra ({e.name} is missing): {EXTRA_HINT}") from None
     check_before_loading(models, options)  # before torch: a usage error comes at once
     from specli.api import preset_for
     from specli.cli.run import load_pair
-    from specli.wording import strategy_label
 
     console = stderr_console(no_color)
     spec = preset_for(models.preset, target=models.target, draft=models.draft)
@@ -214,28 +229,8 @@ def _serve(
             cors_origins=cors_origins,
         )
         server_app = create_app(pair, config)
-        if not has_chat_template(pair):
-            console.print(
-                f"note: '{pair.target_name}' has no chat template: /v1/chat/completions continues the "
-                "messages' text joined by newlines.",
-                markup=False,
-            )
-        if not is_loopback(host) and api_key is None:
-            console.print(
-                f"warning: listening on {host} without an API key: anyone who can reach this machine can "
-                "use it. Pass --api-key KEY (or set SPECLI_API_KEY).",
-                markup=False,
-            )
-        label = strategy_label(settings.strategy, settings.num_draft_tokens)
-        if settings.drafts_tree:
-            label += f", trees of {settings.tree} nodes, width {settings.tree_width}"
-        auth = "API key required" if api_key else "no API key"
-        if cors_origins:
-            auth += f" · CORS for {', '.join(cors_origins)}"
-        ready = (
-            f"serving '{model_id}' ({label}) on {url(sock)}/v1 · {auth} · one request at a time, up to "
-            f"{max_queue} waiting · Ctrl-C stops"
-        )
+        _serving_notes(console, pair, host, api_key, has_chat_template(pair))
+        ready = _ready_line(model_id, settings, url(sock), api_key, cors_origins, max_queue)
         stopped_by = run(
             server_app,
             sock,
@@ -246,3 +241,45 @@ def _serve(
         sock.close()
     console.print(f"stopped{f' ({stopped_by})' if stopped_by else ''}.", markup=False)
     return stopped_by
+
+
+def _serving_notes(console: Console, pair: Pair, host: str, api_key: str | None, chat_template: bool) -> None:
+    """What a client should know before the first request: no chat template (chat messages are joined),
+    or a listener open beyond this machine with no API key."""
+    if not chat_template:
+        console.print(
+            f"note: '{pair.target_name}' has no chat template: /v1/chat/completions continues the "
+            "messages' text joined by newlines.",
+            markup=False,
+        )
+    from specli.serve.server import is_loopback
+
+    if not is_loopback(host) and api_key is None:
+        console.print(
+            f"warning: listening on {host} without an API key: anyone who can reach this machine can "
+            "use it. Pass --api-key KEY (or set SPECLI_API_KEY).",
+            markup=False,
+        )
+
+
+def _ready_line(
+    model_id: str,
+    settings: Settings,
+    address: str,
+    api_key: str | None,
+    cors_origins: tuple[str, ...],
+    max_queue: int,
+) -> str:
+    """The line printed once the server listens: the model, its speculation, where, and who may call."""
+    from specli.wording import strategy_label
+
+    label = strategy_label(settings.strategy, settings.num_draft_tokens)
+    if settings.drafts_tree:
+        label += f", trees of {settings.tree} nodes, width {settings.tree_width}"
+    auth = "API key required" if api_key else "no API key"
+    if cors_origins:
+        auth += f" · CORS for {', '.join(cors_origins)}"
+    return (
+        f"serving '{model_id}' ({label}) on {address}/v1 · {auth} · one request at a time, up to "
+        f"{max_queue} waiting · Ctrl-C stops"
+    )

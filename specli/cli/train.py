@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.console import Console
 
 from specli.cli.app import Command, app
 from specli.cli.common import quiet_transformers, stderr_console, user_errors
@@ -24,6 +25,7 @@ from specli.cli.options import (
 )
 from specli.errors import UsageError
 from specli.threads import AUTO, parse_threads
+from specli.training.request import TrainRequest
 
 KindArg = Annotated[
     str,
@@ -56,18 +58,7 @@ def command_line(ctx: typer.Context) -> str:
     return shlex.join(words)
 
 
-def check_before_torch(
-    kind: str,
-    given: dict[str, Any],
-    out: Path,
-    resume: bool,
-    overwrite: bool,
-    quick: bool,
-    device: str,
-    compare_with: str | None,
-    eval_prompts: str | None,
-    eval_count: int | None,
-) -> None:
+def check_before_torch(kind: str, given: dict[str, Any], out: Path, request: TrainRequest) -> None:
     """Every check of `specli train` that needs no model, before torch or transformers is imported (5-9 s):
     the spelling of --device, --dtype and --quant, --out (empty, or --resume with a checkpoint, or
     --overwrite of a `specli train` output), a new run's --target and --data (named; the recipe's values;
@@ -77,19 +68,20 @@ def check_before_torch(
     from specli.training import data, outdir
     from specli.training.recipe import build_recipe, require_sources
 
-    check_device_dtype_quant(device, given["dtype"], given["quant"])
-    outdir.check_out(out, resume, overwrite)
-    if not resume:
+    check_device_dtype_quant(request.device, given["dtype"], given["quant"])
+    outdir.check_out(out, request.resume, request.overwrite)
+    if not request.resume:
         require_sources(given["target"], given["data"])
         rest = {k: v for k, v in given.items() if k not in ("target", "data")}
-        build_recipe(kind, given["target"], given["data"], quick, **rest)
-    for name in (given["target"], given["init"], compare_with):
+        build_recipe(kind, given["target"], given["data"], request.quick, **rest)
+    for name in (given["target"], given["init"], request.compare_with):
         if name is not None:
             local_model_folder(name)
     if given["data"] is not None:
         data.check_source(given["data"])
+    eval_prompts = request.eval_prompts
     named_file = eval_prompts not in (None, "auto", *data.SETS)
-    if named_file and eval_count != 0 and not Path(eval_prompts).expanduser().is_file():
+    if named_file and request.eval_count != 0 and not Path(eval_prompts).expanduser().is_file():
         raise UsageError(
             f"cannot read prompts from '{eval_prompts}': no such file.",
             "Give --eval-prompts code, chat, auto or a prompts file.",
@@ -100,10 +92,8 @@ def _opt(help: str, *names: str, metavar: str | None = None) -> typer.models.Opt
     return typer.Option(*names, help=help, metavar=metavar, show_default=False)
 
 
-@app.command(
-    "train",
-    cls=Command,
-    epilog="Examples:\n\n"
+EXAMPLES = (
+    "Examples:\n\n"
     "  specli train eagle3 --target embedded:tiny-target --data stdlib --out ./eagle3 --quick\n\n"
     "  specli train eagle3 --target meta-llama/Llama-3.1-8B-Instruct --data chat --regenerate \\\n"
     "      --out ./llama8b-eagle3 --steps 20000 --batch-size 8 --context 2048 --time-limit 2h\n\n"
@@ -115,110 +105,135 @@ def _opt(help: str, *names: str, metavar: str | None = None) -> typer.models.Opt
     "transformers folders), DIR/training.json (the recipe, the history, the measurement) and "
     "DIR/checkpoint/ (weights, optimizer and random states: delete it once you will not resume). A "
     "checkpoint is written every --checkpoint-every steps, at --time-limit and at Ctrl-C; --resume "
-    "continues bit for bit.",
+    "continues bit for bit."
 )
+OutOpt = Annotated[
+    Path, _opt("Folder for the drafter, training.json and checkpoint/ (new or empty).", "--out")
+]
+TargetOpt = Annotated[
+    str | None,
+    _opt(
+        "The target: any model name generate takes (a folder, hub id, embedded:NAME, a .gguf file, "
+        "ollama:NAME, package:NAME).",
+        "--target",
+    ),
+]
+DataOpt = Annotated[
+    str | None,
+    _opt(
+        'A JSONL file ({"text": ...} or chat {"messages": [...]}), a folder of text/code files, '
+        "a bundled prompt set (code, chat) or stdlib (this Python's standard library).",
+        "--data",
+    ),
+]
+InitOpt = Annotated[
+    str | None,
+    _opt(
+        "pard, draft: the small model to start from (the target's tokenizer). eagle3, eagle1: a head to "
+        "continue; peagle: an EAGLE-3 head to start from.",
+        "--init",
+    ),
+]
+RegenerateOpt = Annotated[
+    bool,
+    typer.Option(
+        "--regenerate",
+        help="Let the target answer the data's prompts first (greedy) and train on its own answers; cached.",
+    ),
+]
+RegenerateTokensOpt = Annotated[Int, _opt("Longest answer --regenerate writes (default 256).")]
+StepsOpt = Annotated[Int, _opt("Optimizer steps in all (default 2000).")]
+BatchSizeOpt = Annotated[Int, _opt("Windows per step (default 8).")]
+ContextOpt = Annotated[Int, _opt("Tokens per window (default 512).")]
+LrOpt = Annotated[float | None, _opt("Peak learning rate (default 5e-4; pard, draft 1e-4).")]
+DraftVocabOpt = Annotated[Int, _opt("eagle3, peagle: tokens the head drafts over (default 32000).")]
+TttStepsOpt = Annotated[Int, _opt("eagle3: training-time-test unroll depth (default 3).")]
+LayersOpt = Annotated[Int, _opt("eagle3, peagle: the head's decoder layers (default 1).")]
+AuxLayersOpt = Annotated[
+    str | None,
+    _opt(
+        "eagle3, peagle: the target hidden states the head fuses, e.g. 2,4,7 (i enters layer i; L is "
+        "the final output; default: EAGLE-3's 2, L/2, L-3).",
+        "--aux-layers",
+        metavar="I,J,K",
+    ),
+]
+IntermediateOpt = Annotated[
+    Int, _opt("eagle3, eagle1, peagle: the head's MLP width (default: the target's).")
+]
+ParallelOpt = Annotated[Int, _opt("peagle, pard: drafts per forward it learns (default 8).")]
+SeedOpt = Annotated[Int, _opt("Seed of the data order and initialisation (default 0).")]
+TimeLimitOpt = Annotated[
+    str | None,
+    _opt("Stop cleanly (with a checkpoint) after this long: 2h, 90m, 1h30m.", metavar="DURATION"),
+]
+CheckpointEveryOpt = Annotated[Int, _opt("Checkpoint every N steps (default: 20 per run).", metavar="N")]
+ResumeOpt = Annotated[bool, typer.Option("--resume", help="Continue the run whose checkpoint is in --out.")]
+OverwriteOpt = Annotated[
+    bool, typer.Option("--overwrite", help="Replace an earlier `specli train` output in --out.")
+]
+QuickOpt = Annotated[
+    bool, typer.Option("--quick", help="A few steps of a small batch (a smoke test); options given win.")
+]
+EvalPromptsOpt = Annotated[
+    str | None,
+    _opt(
+        "Held-out prompts measured at the end: code, chat, a prompts file, or auto (chat for "
+        "chat models; the default). Measurement options given once are remembered by --resume."
+    ),
+]
+EvalCountOpt = Annotated[Int, _opt("How many of them (0: no measurement; default 8).")]
+EvalTokensOpt = Annotated[Int, _opt("Tokens generated per prompt (default 64).")]
+DraftTokensOpt = Annotated[
+    Int,
+    _opt(
+        "Drafts per round in the measurement (fixed, so α and τ do not depend on timing; default: a "
+        "parallel drafter's own k, else 4).",
+        "--num-draft-tokens",
+        "-k",
+    ),
+]
+CompareWithOpt = Annotated[
+    str | None, _opt("Measure this drafter (a head or a draft model) beside the new one.", "--compare-with")
+]
+DtypeOpt = Annotated[
+    str | None, _opt("The target's dtype: float32, float16, bfloat16 (default: bfloat16 on a GPU).")
+]
+
+
+@app.command("train", cls=Command, epilog=EXAMPLES)
 def train_command(
     ctx: typer.Context,
     kind: KindArg,
-    out: Annotated[
-        Path, _opt("Folder for the drafter, training.json and checkpoint/ (new or empty).", "--out")
-    ],
-    target: Annotated[
-        str | None,
-        _opt(
-            "The target: any model name generate takes (a folder, hub id, embedded:NAME, a .gguf file, "
-            "ollama:NAME, package:NAME).",
-            "--target",
-        ),
-    ] = None,
-    data: Annotated[
-        str | None,
-        _opt(
-            'A JSONL file ({"text": ...} or chat {"messages": [...]}), a folder of text/code files, '
-            "a bundled prompt set (code, chat) or stdlib (this Python's standard library).",
-            "--data",
-        ),
-    ] = None,
-    init: Annotated[
-        str | None,
-        _opt(
-            "pard, draft: the small model to start from (the target's tokenizer). eagle3, eagle1: a head to "
-            "continue; peagle: an EAGLE-3 head to start from.",
-            "--init",
-        ),
-    ] = None,
-    regenerate: Annotated[
-        bool,
-        typer.Option(
-            "--regenerate",
-            help="Let the target answer the data's prompts first (greedy) and train on its own "
-            "answers; cached.",
-        ),
-    ] = False,
-    regenerate_tokens: Annotated[Int, _opt("Longest answer --regenerate writes (default 256).")] = None,
-    steps: Annotated[Int, _opt("Optimizer steps in all (default 2000).")] = None,
-    batch_size: Annotated[Int, _opt("Windows per step (default 8).")] = None,
-    context: Annotated[Int, _opt("Tokens per window (default 512).")] = None,
-    lr: Annotated[float | None, _opt("Peak learning rate (default 5e-4; pard, draft 1e-4).")] = None,
-    draft_vocab: Annotated[Int, _opt("eagle3, peagle: tokens the head drafts over (default 32000).")] = None,
-    ttt_steps: Annotated[Int, _opt("eagle3: training-time-test unroll depth (default 3).")] = None,
-    layers: Annotated[Int, _opt("eagle3, peagle: the head's decoder layers (default 1).")] = None,
-    aux_layers: Annotated[
-        str | None,
-        _opt(
-            "eagle3, peagle: the target hidden states the head fuses, e.g. 2,4,7 (i enters layer i; L is "
-            "the final output; default: EAGLE-3's 2, L/2, L-3).",
-            "--aux-layers",
-            metavar="I,J,K",
-        ),
-    ] = None,
-    intermediate: Annotated[
-        Int, _opt("eagle3, eagle1, peagle: the head's MLP width (default: the target's).")
-    ] = None,
-    parallel: Annotated[Int, _opt("peagle, pard: drafts per forward it learns (default 8).")] = None,
-    seed: Annotated[Int, _opt("Seed of the data order and initialisation (default 0).")] = None,
-    time_limit: Annotated[
-        str | None,
-        _opt("Stop cleanly (with a checkpoint) after this long: 2h, 90m, 1h30m.", metavar="DURATION"),
-    ] = None,
-    checkpoint_every: Annotated[
-        Int, _opt("Checkpoint every N steps (default: 20 per run).", metavar="N")
-    ] = None,
-    resume: Annotated[
-        bool, typer.Option("--resume", help="Continue the run whose checkpoint is in --out.")
-    ] = False,
-    overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Replace an earlier `specli train` output in --out.")
-    ] = False,
-    quick: Annotated[
-        bool, typer.Option("--quick", help="A few steps of a small batch (a smoke test); options given win.")
-    ] = False,
-    eval_prompts: Annotated[
-        str | None,
-        _opt(
-            "Held-out prompts measured at the end: code, chat, a prompts file, or auto (chat for "
-            "chat models; the default). Measurement options given once are remembered by --resume."
-        ),
-    ] = None,
-    eval_count: Annotated[Int, _opt("How many of them (0: no measurement; default 8).")] = None,
-    eval_tokens: Annotated[Int, _opt("Tokens generated per prompt (default 64).")] = None,
-    num_draft_tokens: Annotated[
-        Int,
-        _opt(
-            "Drafts per round in the measurement (fixed, so α and τ do not depend on timing; default: a "
-            "parallel drafter's own k, else 4).",
-            "--num-draft-tokens",
-            "-k",
-        ),
-    ] = None,
-    compare_with: Annotated[
-        str | None,
-        _opt("Measure this drafter (a head or a draft model) beside the new one.", "--compare-with"),
-    ] = None,
+    out: OutOpt,
+    target: TargetOpt = None,
+    data: DataOpt = None,
+    init: InitOpt = None,
+    regenerate: RegenerateOpt = False,
+    regenerate_tokens: RegenerateTokensOpt = None,
+    steps: StepsOpt = None,
+    batch_size: BatchSizeOpt = None,
+    context: ContextOpt = None,
+    lr: LrOpt = None,
+    draft_vocab: DraftVocabOpt = None,
+    ttt_steps: TttStepsOpt = None,
+    layers: LayersOpt = None,
+    aux_layers: AuxLayersOpt = None,
+    intermediate: IntermediateOpt = None,
+    parallel: ParallelOpt = None,
+    seed: SeedOpt = None,
+    time_limit: TimeLimitOpt = None,
+    checkpoint_every: CheckpointEveryOpt = None,
+    resume: ResumeOpt = False,
+    overwrite: OverwriteOpt = False,
+    quick: QuickOpt = False,
+    eval_prompts: EvalPromptsOpt = None,
+    eval_count: EvalCountOpt = None,
+    eval_tokens: EvalTokensOpt = None,
+    num_draft_tokens: DraftTokensOpt = None,
+    compare_with: CompareWithOpt = None,
     device: DeviceOpt = "auto",
-    dtype: Annotated[
-        str | None, _opt("The target's dtype: float32, float16, bfloat16 (default: bfloat16 on a GPU).")
-    ] = None,
+    dtype: DtypeOpt = None,
     quant: QuantOpt = None,
     threads: ThreadsOpt = AUTO,
     allow_pickle: AllowPickleOpt = False,
@@ -228,46 +243,56 @@ def train_command(
 ) -> None:
     """Train a drafter (EAGLE-3, EAGLE-1, P-EAGLE, PARD or a distilled draft model) for your own target."""
     console = stderr_console(no_color)
+    request = TrainRequest(
+        out=out, target=target, data=data, init=init, regenerate=regenerate,
+        regenerate_tokens=regenerate_tokens, steps=steps, batch_size=batch_size, context=context, lr=lr,
+        draft_vocab=draft_vocab, ttt_steps=ttt_steps, layers=layers, aux_layers=aux_layers,
+        intermediate=intermediate, parallel=parallel, seed=seed, time_limit=time_limit,
+        checkpoint_every=checkpoint_every, resume=resume, overwrite=overwrite, quick=quick,
+        eval_prompts=eval_prompts, eval_count=eval_count, eval_tokens=eval_tokens,
+        num_draft_tokens=num_draft_tokens, compare_with=compare_with, device=device, dtype=dtype,
+        quant=quant, threads=threads, allow_pickle=allow_pickle,
+        trust_remote_code=trust_remote_code)  # fmt: skip
     with user_errors(debug):
-        from specli.training.recipe import check_kind, parse_aux_layers, parse_duration
+        report, out = run_training(kind, request, command_line(ctx), console)
+        finish(report, out, console)
 
-        check_kind(kind)
-        limit = parse_duration(time_limit) if time_limit is not None else None
-        threads_n = parse_threads(threads)
-        given = {
-            "target": target, "data": data, "init": init, "regenerate": regenerate or None,
-            "regenerate_tokens": regenerate_tokens, "steps": steps, "batch_size": batch_size,
-            "context": context, "lr": lr, "draft_vocab": draft_vocab, "ttt_steps": ttt_steps,
-            "layers": layers, "intermediate": intermediate, "parallel": parallel, "seed": seed,
-            "aux_layers": parse_aux_layers(aux_layers) if aux_layers is not None else None,
-            "dtype": dtype, "quant": quant,
-        }  # fmt: skip
-        out = out.expanduser()
-        check_before_torch(
-            kind, given, out, resume, overwrite, quick, device, compare_with, eval_prompts, eval_count
-        )
-        from specli.render.progress import Counted, loading_progress
-        from specli.training.command import Session, train
 
-        session = Session(
-            out=out, resume=resume, overwrite=overwrite, time_limit=limit,
-            checkpoint_every=checkpoint_every, device=device, threads=threads_n,
-            allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, eval_prompts=eval_prompts,
-            eval_count=eval_count, eval_tokens=eval_tokens, num_draft_tokens=num_draft_tokens,
-            compare_with=compare_with, command=command_line(ctx),
-            loading_view=loading_progress, counted_view=Counted,
-        )  # fmt: skip
-        quiet_transformers()
-        report = train(kind, given, session, console, quick=quick)
-        if report["stopped"] == "interrupted":
-            raise typer.Exit(130)
-        if report.get("finished"):  # the result on stdout (the progress and notes went to stderr)
-            from specli.training.command import result_lines
+def run_training(
+    kind: str, request: TrainRequest, command: str, console: Console
+) -> tuple[dict[str, Any], Path]:
+    """Every check that needs no model (before torch is imported), then the training with its progress
+    on `console`; the run's report and its output folder."""
+    from specli.training.recipe import check_kind, parse_duration
 
-            for line in result_lines(report, session.out):
-                typer.echo(line)
-        measurement = report.get("measurement")
-        if measurement is not None and not measurement["identical"]:
-            differences = "; ".join(measurement["differences"][:3])
-            console.print(f"error: output differs from plain decoding: {differences}", markup=False)
-            raise typer.Exit(1)
+    check_kind(kind)
+    limit = parse_duration(request.time_limit) if request.time_limit is not None else None
+    threads = parse_threads(request.threads)
+    given = request.recipe_values()
+    out = request.out.expanduser()
+    check_before_torch(kind, given, out, request)
+    from specli.render.progress import Counted, loading_progress
+    from specli.training.command import train
+
+    session = request.session(
+        out, limit, threads, command, loading_view=loading_progress, counted_view=Counted
+    )
+    quiet_transformers()
+    return train(kind, given, session, console, quick=request.quick), session.out
+
+
+def finish(report: dict[str, Any], out: Path, console: Console) -> None:
+    """The exit of a run: 130 when Ctrl-C stopped it; a finished run's result on stdout (the progress
+    and notes went to stderr); exit 1 when the measured output differs from plain decoding."""
+    if report["stopped"] == "interrupted":
+        raise typer.Exit(130)
+    if report.get("finished"):
+        from specli.training.command import result_lines
+
+        for line in result_lines(report, out):
+            typer.echo(line)
+    measurement = report.get("measurement")
+    if measurement is not None and not measurement["identical"]:
+        differences = "; ".join(measurement["differences"][:3])
+        console.print(f"error: output differs from plain decoding: {differences}", markup=False)
+        raise typer.Exit(1)
