@@ -30,12 +30,10 @@ from specli.models.layer_stack import check_architecture
 from specli.models.placement import Placement
 from specli.models.plan import ModelToLoad
 from specli.pair import Pair
-from specli.presets import Preset, resolve_preset
+from specli.presets import DEFAULT_PRESET, Preset, resolve_preset
 from specli.settings import check_strategy, preset_speculation, resolve_settings
 from specli.strategies import Model, Strategy, check_compile, entry
 from specli.threads import AUTO, BusyProbe, apply_threads
-
-DEFAULT_PRESET = "tiny"
 
 
 def check_model_options(*, device: str, dtype: str | None, quant: str | None) -> None:

@@ -31,21 +31,19 @@ from typing import Any, Literal, get_args
 from specli.errors import UsageError
 from specli.models import sources
 from specli.models.model_dirs import EMBEDDED_PREFIX
-from specli.models.sources import MASK_TOKEN_KEYS
-from specli.presets import ModelSpec, Preset, resolve_preset
+from specli.models.sources import MASK_TOKEN_KEYS, PARALLEL_K_KEY, trained_parallel_k
+from specli.presets import DEFAULT_PRESET, ModelSpec, Preset, resolve_preset
 from specli.settings import Settings, check_strategy, resolve_settings
 from specli.strategies import Strategy
 from specli.wording import count
 
 ENGINES = ("vllm", "sglang", "llama.cpp")
 _ALIASES = {name: "llama.cpp" for name in ("llamacpp", "llama-cpp", "llama_cpp", "llama-server")}
-DEFAULT_PRESET = "tiny"  # what `specli.api.preset_for` picks when neither a preset nor a target is named
 
 # What drafts: an autoregressive draft model, a PARD (parallel) draft model, or an EAGLE head.
 DrafterKind = Literal["model", "pard", "eagle1", "eagle3", "peagle"]
 HEAD_KINDS = ("eagle1", "eagle3", "peagle")
 
-_PARALLEL_K_KEY, _PARALLEL_K_DEFAULT = "para_num", 8  # a PARD drafter's trained k (draft_model.py)
 
 # The hub drafters the shipped presets name, as the presets' notes and specli.models.memory.KNOWN_HEADS
 # describe them (PARD: pard_token; RedHatAI heads: speculators eagle3; AWS P-EAGLE: SafeAILab layout with
@@ -276,7 +274,7 @@ def parallel_k(kind: DrafterKind | None, config: Mapping[str, Any] | None) -> in
     method's), else 8; None for a drafter that drafts one token per forward."""
     config = config or {}
     if kind == "pard":
-        value = config.get(_PARALLEL_K_KEY)
+        value = config.get(PARALLEL_K_KEY)
     elif kind == "peagle":
         speculators = config.get("speculators_config")
         methods = speculators.get("proposal_methods") if isinstance(speculators, Mapping) else None
@@ -284,7 +282,7 @@ def parallel_k(kind: DrafterKind | None, config: Mapping[str, Any] | None) -> in
         value = first.get("speculative_tokens") if isinstance(first, Mapping) else None
     else:
         return None
-    return value if type(value) is int and value >= 1 else _PARALLEL_K_DEFAULT
+    return trained_parallel_k(value)
 
 
 def _check_roles(strategy: str, drafter: Model, kind: DrafterKind) -> None:

@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from specli.drafters.context import DraftContext, build_drafter
-from specli.drafters.draft_model import PARALLEL_K_DEFAULT, parallel_draft_tokens
+from specli.drafters.draft_model import parallel_draft_tokens
 from specli.engine.draft_length import DraftLength
 from specli.engine.drafter import Drafter
 from specli.engine.events import Round, Stats
@@ -27,6 +27,7 @@ from specli.models.llama_cpp.lm import LlamaLM, LlamaModel
 from specli.models.own_forward.decoder import LeanDecoder
 from specli.models.own_forward.head import LeanHead
 from specli.models.placement import Placement
+from specli.models.sources import trained_parallel_k
 from specli.models.static_cache import STATIC_DEFAULT_LENGTH, static_cache_problem
 from specli.presets import GenerationSpec, SpeculationSpec
 from specli.settings import Settings, check_strategy, default_exit_layer, settings_from
@@ -426,7 +427,7 @@ class Pair:
         autoregressive one and for strategies without a drafter model or head."""
         kind = entry(strategy or self.strategy).model
         if kind == Model.HEAD and self.head is not None and self.head.config.parallel:
-            return self.head.config.extra.get("speculative_tokens") or PARALLEL_K_DEFAULT
+            return trained_parallel_k(self.head.config.extra.get("speculative_tokens"))
         if kind == Model.DRAFT and self.draft_model is not None:
             return parallel_draft_tokens(self.draft_model.config)
         return None
@@ -483,7 +484,8 @@ class Pair:
         state, round costs and tree against chain rounds carry over from one generation to the next, so
         a pair pays the cost model's warm-up once, not once per prompt. Settings that change acceptance
         or the round's shape (strategy, k, trees, sampling, n-grams, exit layer) each get their own;
-        max_new_tokens, seed and stop strings do not matter."""
+        max_new_tokens, seed and stop strings do not matter. A seeded sampled generation starts its k
+        from the priors (so the same seed gives the same tokens on every call)."""
         key = (
             settings.strategy,
             settings.tree,
@@ -502,7 +504,14 @@ class Pair:
         )
         if key not in self._draft_lengths:
             self._draft_lengths[key] = new_draft_length(self.target, drafter, config)
-        return self._draft_lengths[key]
+        kept = self._draft_lengths[key]
+        if settings.seed is not None and not settings.greedy:
+            # a seeded sample is reproducible call after call: which tokens a seed draws depends on each
+            # round's k, so its k starts from the priors every time (tree against chain rounds carry over)
+            fresh = new_draft_length(self.target, drafter, config)
+            fresh.trees = kept.trees
+            return fresh
+        return kept
 
     def _reserve(self, prompt_length: int, settings: Settings) -> None:
         """Static caches: room for everything this generation can hold (the prompt, max_new_tokens and a

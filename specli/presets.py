@@ -44,6 +44,8 @@ from specli.strategies import (
 )
 
 PRESET_SUFFIXES = (".yaml", ".yml")
+# the preset `specli.load`, the CLI and export use when neither a preset nor a target is named
+DEFAULT_PRESET = "tiny"
 _RELATIVE_PREFIXES = ("./", "../", ".\\", "..\\", "~")
 
 

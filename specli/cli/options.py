@@ -19,7 +19,7 @@ from specli.errors import SpecliError, UsageError
 from specli.models import sources
 from specli.models.engines import check_engine
 from specli.models.model_dirs import config_max_positions
-from specli.presets import MAX_TREE_NODES, MAX_TREE_WIDTH, Preset, resolve_preset
+from specli.presets import DEFAULT_PRESET, MAX_TREE_NODES, MAX_TREE_WIDTH, Preset, resolve_preset
 from specli.settings import Settings, check_strategy, resolve_settings
 from specli.strategies import LOOKUP_NGRAM_MAX, Model, Strategy, described, either, entry, tree_strategies
 from specli.threads import AUTO, parse_threads
@@ -57,7 +57,7 @@ def _tiny_default(field: str) -> str:
 @functools.cache
 def _tiny_settings() -> Settings | None:
     try:
-        return resolve_settings(resolve_preset("tiny"))
+        return resolve_settings(resolve_preset(DEFAULT_PRESET))
     except SpecliError:
         return None
 
@@ -290,7 +290,6 @@ class GenerationOptions:
 
 # --------------------------------------------------------------------------- checks before torch loads
 
-DEFAULT_PRESET = "tiny"  # what specli.load uses when neither a preset nor a target is named
 DEVICE_FORM = re.compile(r"auto|cpu|cuda(:\d+)?")
 DTYPE_NAMES = ("auto", "float32", "fp32", "float16", "fp16", "half", "bfloat16", "bf16")  # loading.DTYPES
 QUANT_NAMES = ("none", "8bit", "4bit")  # loading.QUANT_MODES

@@ -17,13 +17,14 @@ from specli.engine.sampling import SamplingConfig, ranking_distribution
 from specli.engine.tree import TreeGrowth, frontier_inputs, grow_tree
 from specli.errors import UsageError
 from specli.models.cached_lm import CachedLM, check_sliding_rollback
-from specli.models.sources import MASK_TOKEN_KEYS  # config keys naming a parallel drafter's mask token
+from specli.models.sources import (  # config keys naming a parallel drafter's mask token and its k
+    MASK_TOKEN_KEYS,
+    PARALLEL_K_KEY,
+    trained_parallel_k,
+)
 
 if TYPE_CHECKING:
     from specli.drafters.context import DraftContext
-
-PARALLEL_K_KEY = "para_num"  # the drafts per forward a parallel drafter was trained for, when recorded
-PARALLEL_K_DEFAULT = 8  # PARD's training K; its own examples draft 8-12
 
 
 def parallel_mask_token(config: Any) -> int | None:
@@ -41,8 +42,7 @@ def parallel_draft_tokens(config: Any) -> int | None:
     drafts autoregressively."""
     if parallel_mask_token(config) is None:
         return None
-    value = getattr(config, PARALLEL_K_KEY, None)
-    return value if isinstance(value, int) and value >= 1 else PARALLEL_K_DEFAULT
+    return trained_parallel_k(getattr(config, PARALLEL_K_KEY, None))
 
 
 def recent_window(max_positions: int) -> int:

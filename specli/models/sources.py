@@ -3,6 +3,8 @@
 Forms, tried in this order (`classify`):
 
 - `embedded:NAME`: a model shipped inside the package;
+- `trained:NAME`: a drafter `specli train` wrote into specli's cache (`model_dirs.trained_model`: a
+  missing one names the command that trains it);
 - `package:NAME`: the GGUF file of a model that comes as registry packages (`packaged`);
 - `ollama:NAME[:TAG]`: the model layer of a model in an Ollama store (`ollama`);
 - a folder holding config.json: a transformers model folder;
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import Literal
 
 from specli.errors import ModelNotFoundError, UsageError
-from specli.models.model_dirs import EMBEDDED_PREFIX, embedded_model
+from specli.models.model_dirs import EMBEDDED_PREFIX, TRAINED_PREFIX, embedded_model, trained_model
 
 # re-exported: callers that classify a name read the path helpers here too
 from specli.models.paths import SPLIT_NAME as SPLIT_NAME
@@ -41,6 +43,15 @@ GGUF_SUFFIX = ".gguf"
 
 # Config keys naming a parallel drafter's mask token (PARD's pard_token, AWS P-EAGLE's ptd_token_id).
 MASK_TOKEN_KEYS = ("pard_token", "ptd_token_id")
+PARALLEL_K_KEY = "para_num"  # the drafts per forward a parallel (PARD) drafter was trained for, when recorded
+PARALLEL_K_DEFAULT = 8  # PARD's training K where none is recorded; its own examples draft 8-12
+
+
+def trained_parallel_k(value: object) -> int:
+    """A parallel drafter's recorded k (`PARALLEL_K_KEY`'s value, or a P-EAGLE head's speculative_tokens)
+    when it is a positive int, else PARALLEL_K_DEFAULT."""
+    return value if type(value) is int and value >= 1 else PARALLEL_K_DEFAULT
+
 
 HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")
 _HUB_FILE = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*):(?P<file>[^:]+)$")
@@ -68,10 +79,13 @@ class Source:
 
 def classify(name: str) -> Source:
     """The kind of source `name` is (module docstring), checking only what is on this machine: an
-    unknown embedded or Ollama name, a path that does not exist, a file that is no GGUF or a folder with
-    several GGUF files raise ModelNotFoundError (exit 2) in one line; hub names are not looked up."""
+    unknown embedded or Ollama name, a trained:NAME not trained here, a path that does not exist, a file
+    that is no GGUF or a folder with several GGUF files raise ModelNotFoundError (exit 2) in one line;
+    hub names are not looked up."""
     if name.startswith(EMBEDDED_PREFIX):
         return Source("embedded", name, embedded_model(name[len(EMBEDDED_PREFIX) :]))
+    if name.startswith(TRAINED_PREFIX):
+        return Source("folder", name, trained_model(name[len(TRAINED_PREFIX) :]))
     if name.startswith(PACKAGE_PREFIX):
         from specli.models import packaged
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from specli.models.sources import PARALLEL_K_KEY
 from specli.training.common import (
     count_parameters,
     encode_stream,
@@ -42,7 +43,6 @@ from specli.wording import count as plural
 
 PARD_DIR = "tiny-pard"
 MASK_KEY = "pard_token"  # the config key naming the mask token id (as PARD checkpoints do)
-DEFAULT_K_KEY = "para_num"  # drafts per forward it was trained for (PARD names K so in its recipes)
 
 
 @dataclass
@@ -207,7 +207,7 @@ def add_mask_token(drafter, parallel: int) -> int:
         weight[old] = weight[:old].mean(0)
     setattr(drafter.config, MASK_KEY, old)
     drafter.config.spd_type = "pard"
-    setattr(drafter.config, DEFAULT_K_KEY, parallel)
+    setattr(drafter.config, PARALLEL_K_KEY, parallel)  # drafts per forward it was trained for
     return old
 
 

@@ -233,7 +233,9 @@ def test_threshold_and_controller_keep_greedy_output_identical(arch):
         rounds = rounds_of(target, drafter, PROMPT)
         assert [t for r in rounds for t in r.committed] == expected, name
         reasons = {r.draft_reason for r in rounds}
-        assert reasons <= {"warm-up", "cost model", "budget", "threshold", "match"}, (name, reasons)
+        # a model-free drafter (lookup) may also take plain rounds where they measure faster (timing-based)
+        plain = {"cost model: plain pays more"} if name == "lookup" else set()
+        assert reasons <= {"warm-up", "cost model", "budget", "threshold", "match"} | plain, (name, reasons)
         assert all(len(r.drafted) <= r.draft_limit for r in rounds), name
         if name != "lookup":
             assert "threshold" in reasons, name  # a random drafter is often unsure
@@ -363,3 +365,17 @@ def test_a_pair_keeps_its_draft_length_across_generations(tokenizer):
     assert pair._draft_lengths == {}
     again = pair.generate(prompt_ids=prompt, max_new_tokens=24, num_draft_tokens=3)
     assert again.rounds[0].draft_reason == "warm-up" and again.token_ids == first.token_ids
+
+
+def test_a_seeded_sample_is_the_same_on_every_call_of_one_pair(tokenizer):
+    """Bug caught: a seeded sampled generation drawing its k from what earlier calls learned (the tokens a
+    seed draws depend on each round's k, so the same seed gave other text on the second call)."""
+    from specli.pair import Pair
+
+    target, draft = make_model("llama", layers=2, seed=1).eval(), make_model("llama", layers=1, seed=2).eval()
+    pair = Pair(target, tokenizer, draft_model=draft, strategy="draft")
+    kwargs = dict(prompt_ids=[5, 17, 42, 9, 100, 7], max_new_tokens=24, temperature=0.8, seed=3)
+    first = pair.generate(**kwargs)
+    assert [pair.generate(**kwargs).token_ids for _ in range(2)] == [first.token_ids] * 2
+    fresh = Pair(target, tokenizer, draft_model=draft, strategy="draft").generate(**kwargs)
+    assert fresh.token_ids == first.token_ids

@@ -525,8 +525,8 @@ def test_pard_named_on_the_command_line_brings_its_own_k():
 
 def _own_k(data: dict) -> int:
     """The k specli drafts with a P-EAGLE head named by --draft (api.Pair.parallel_draft_tokens)."""
-    from specli.drafters.draft_model import PARALLEL_K_DEFAULT
     from specli.models.head_formats import config_from_dict
+    from specli.models.sources import PARALLEL_K_DEFAULT
 
     return config_from_dict(data, target_layers=8).extra.get("speculative_tokens") or PARALLEL_K_DEFAULT
 
