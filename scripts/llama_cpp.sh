@@ -111,18 +111,31 @@ bench_real() {  # $1: a packaged model's preset; llama-server plain and with n-g
   specli bench --preset "$model" --strategy lookup "${ENDPOINTS[@]}" --threads "$THREADS" "$@"
 }
 
-bench_drafters() {  # SmolLM2's trained drafters (embedded) beside llama-server on the package's GGUF:
+trained() {  # $1: a drafter `specli train` wrote (trained:NAME, not shipped: docs/training.md#recipes) -> its
+  # folder, or its error (the command that trains it) and exit 2
+  "$PY" -c 'import sys
+from specli.errors import SpecliError
+from specli.models.model_dirs import trained_model
+try:
+    print(trained_model(sys.argv[1]))
+except SpecliError as err:
+    sys.exit(f"error: {err.message}\n{err.hint}")' "$1"
+}
+
+bench_drafters() {  # SmolLM2's trained drafters (trained:NAME) beside llama-server on the package's GGUF:
   # plain, -md the draft model converted to GGUF, n-gram, and -md the EAGLE-3 head converted with
   # --target-model-dir (specli's folder of SmolLM2: its config and tokenizer); specli's draft and eagle
   # in the same run. EAGLE3=0 leaves the head's server out.
-  local file target_dir eagle=()
+  local file target_dir draft head eagle=()
+  draft=$(trained smollm2-135m-draft)
   file=$("$PY" -c 'from specli.models.packaged import packaged_gguf; print(packaged_gguf("smollm2-135m"))')
   target_dir=$("$PY" -c 'import sys; from pathlib import Path; from specli.models.gguf_cache import folder_for
 print(folder_for(Path(sys.argv[1]), "package:smollm2-135m", weights=False))' "$file")
-  "$PY" "$SRC/convert_hf_to_gguf.py" "$ROOT/specli/embedded/smollm2-135m-draft" --outtype f16 \
+  "$PY" "$SRC/convert_hf_to_gguf.py" "$draft" --outtype f16 \
     --outfile "$GGUF/smollm2-135m-draft.gguf"
   if [ "${EAGLE3:-1}" = 1 ]; then
-    "$PY" "$SRC/convert_hf_to_gguf.py" "$ROOT/specli/embedded/smollm2-135m-eagle3" --outtype f16 \
+    head=$(trained smollm2-135m-eagle3)
+    "$PY" "$SRC/convert_hf_to_gguf.py" "$head" --outtype f16 \
       --outfile "$GGUF/smollm2-135m-eagle3.gguf" --target-model-dir "$target_dir"
     eagle=("eagle3:--jinja -md $GGUF/smollm2-135m-eagle3.gguf --spec-type draft-eagle3 --spec-draft-n-max 4")
   fi
@@ -138,10 +151,11 @@ bench_engine() {  # $1: smollm2-135m|gemma3-270m: specli's llama.cpp engine besi
   # draft model, converted to a GGUF that llama-server's -md serves too); llama-server plain, n-gram
   # (specli lookup's n-gram 3, k 16) and, for SmolLM2, -md that same drafter file.
   local model=$1; shift
-  local file drafter=() specli_draft=()
+  local file draft drafter=() specli_draft=()
   file=$("$PY" -c 'import sys; from specli.models.packaged import packaged_gguf; print(packaged_gguf(sys.argv[1]))' "$model")
   if [ "$model" = smollm2-135m ]; then
-    "$PY" "$SRC/convert_hf_to_gguf.py" "$ROOT/specli/embedded/smollm2-135m-draft" --outtype f16 \
+    draft=$(trained smollm2-135m-draft)
+    "$PY" "$SRC/convert_hf_to_gguf.py" "$draft" --outtype f16 \
       --outfile "$GGUF/smollm2-135m-draft.gguf"
     drafter=("draft:--jinja -md $GGUF/smollm2-135m-draft.gguf --spec-type draft-simple --spec-draft-n-max 4")
     specli_draft=(--strategy draft --draft "$GGUF/smollm2-135m-draft.gguf")

@@ -1,8 +1,10 @@
 """The training tables of SmolLM2's drafters in docs/models.md ("Drafters for SmolLM2"), printed as
-Markdown from the training.json `specli train` wrote beside each embedded drafter, so every figure there
-can be traced to its run.
+Markdown from the training.json `specli train` wrote beside each drafter, so every figure there can be
+traced to its run. The drafters are not shipped (they ran slower than plain decoding); the runs the card
+quotes kept their training.json as docs/data/training/NAME.json. A folder of runs (NAME/training.json,
+e.g. specli's cache of trained drafters after `bash scripts/smollm2_train.sh`) prints a new run's card.
 
-    python scripts/smollm2_card.py [specli/embedded]
+    python scripts/smollm2_card.py [docs/data/training | ~/.cache/specli/trained]
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ def _depths(values: list[float], k: int = 4) -> list[float]:
 
 
 def report(folder: Path, name: str) -> dict:
-    return json.loads((folder / name / "training.json").read_text(encoding="utf-8"))
+    """NAME's training.json: folder/NAME/training.json (a run's --out), else folder/NAME.json."""
+    path = folder / name / "training.json"
+    return json.loads((path if path.is_file() else folder / f"{name}.json").read_text(encoding="utf-8"))
 
 
 def summary_table(folder: Path) -> str:
@@ -50,7 +54,7 @@ def summary_table(folder: Path) -> str:
             else "–"
         )
         lines.append(
-            f"| {title} (`embedded:{name}`) | {r['parameters'] / 1e6:.1f} M | {r['steps_done']} | "
+            f"| {title} (`trained:{name}`) | {r['parameters'] / 1e6:.1f} M | {r['steps_done']} | "
             f"{r['tokens_seen'] / 1e6:.2f} M | {r['seconds'] / 3600:.2f} | "
             f"{' '.join(f'{a:.2f}' for a in agreement) or '–'} | {held} |"
         )
@@ -77,7 +81,7 @@ def progress_table(folder: Path) -> str:
 
 
 def main() -> None:
-    folder = Path(sys.argv[1] if len(sys.argv) > 1 else "specli/embedded")
+    folder = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/data/training").expanduser()
     print(summary_table(folder), end="\n\n")
     print(progress_table(folder))
 

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# Train SmolLM2-135M-Instruct's drafters on this CPU with `specli train`, resumably (issue 31; the model
-# card in docs/models.md quotes these commands). Runs live in $RUNS (default runs/, git-ignored); each
-# call trains for at most $HOURS hours, then stops with a checkpoint, and the next call resumes it.
+# Train SmolLM2-135M-Instruct's drafters on this CPU with `specli train`, resumably (issue 31; the recipe
+# in docs/training.md#recipes and the model card in docs/models.md quote these commands). specli does not
+# ship them (trained for an hour each they ran slower than plain decoding): each run writes its drafter,
+# checkpoint and training.json into specli's cache, $TRAINED (default: `trained_dir()`,
+# ~/.cache/specli/trained), where the presets smollm2-135m and smollm2-135m-eagle3 find them as
+# trained:smollm2-135m-draft and trained:smollm2-135m-eagle3. The draft model's starting point lives in
+# $RUNS (default runs/, git-ignored). Each call trains for at most $HOURS hours, then stops with a
+# checkpoint, and the next call resumes it.
 #
 #   bash scripts/smollm2_train.sh data      # the data: data/smollm2-train.jsonl and its held-out prompts
 #   bash scripts/smollm2_train.sh eagle3    # the EAGLE-3 head (first call: --regenerate answers cached)
@@ -11,6 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-runs}
+TRAINED=${TRAINED:-$(python -c 'from specli.models.model_dirs import trained_dir; print(trained_dir())')}
 DATA=${DATA:-data/smollm2-train.jsonl}
 HELD_OUT=${DATA%.jsonl}-heldout.jsonl
 HOURS=${HOURS:-6}
@@ -37,9 +43,9 @@ run() {  # $1: kind, $2: output folder, then kind-specific options
 
 case "${1:-}" in
   data) python scripts/smollm2_data.py "$DATA" ;;
-  eagle3) run eagle3 "$RUNS/smollm2-eagle3" --draft-vocab 8192 ;;
+  eagle3) run eagle3 "$TRAINED/smollm2-135m-eagle3" --draft-vocab 8192 ;;
   draft)
     [ -d "$RUNS/smollm2-draft-init" ] || python scripts/smollm2_draft_init.py "$RUNS/smollm2-draft-init" --hidden 192 --layers 6
-    run draft "$RUNS/smollm2-draft" --init "$RUNS/smollm2-draft-init" ;;
+    run draft "$TRAINED/smollm2-135m-draft" --init "$RUNS/smollm2-draft-init" ;;
   *) echo "usage: bash scripts/smollm2_train.sh data|eagle3|draft" >&2; exit 2 ;;
 esac

@@ -20,6 +20,7 @@ from typing import Any
 
 from specli.errors import SpecliError
 from specli.models import memory, packaged, sources
+from specli.strategies import Model, Strategy, entry
 
 NVIDIA_SMI_TIMEOUT = 5.0
 
@@ -136,6 +137,19 @@ def preset_models(preset: Any) -> list[str]:
     elif preset.draft is not None and preset.strategy == "draft":
         names.append(preset.draft.model)
     return list(dict.fromkeys(names))
+
+
+def absent_drafters(preset: Any) -> list[tuple[str, Need]]:
+    """The preset's draft model and EAGLE head that are not on this machine, whatever its own strategy,
+    each with the strategy that drafts with it: `presets show` says what --strategy draft or eagle
+    would stop at (a `trained:NAME` not trained yet names its `specli train` command)."""
+    draft = preset.draft if entry(preset.strategy).model != Model.HEAD else None  # else it is the head
+    found = []
+    for strategy, spec in ((Strategy.DRAFT, draft), (Strategy.EAGLE, preset.eagle_head)):
+        need = model_need(spec.model) if spec is not None else None
+        if need is not None:
+            found.append((strategy.value, need))
+    return found
 
 
 def readiness(preset: Any, estimate: int | None, free: Memory) -> Readiness:

@@ -17,7 +17,7 @@ from specli.cli.options import DebugOpt, JsonOpt
 from specli.errors import SpecliError
 from specli.models.memory import PLAN_CONTEXT, human, preset_context, preset_estimate
 from specli.presets import PresetEntry, load_preset_file, preset_entries, preset_to_dict, resolve_preset
-from specli.readiness import Memory, free_memory, readiness
+from specli.readiness import Memory, absent_drafters, free_memory, readiness
 from specli.strategies import Strategy
 
 
@@ -143,3 +143,5 @@ def presets_show(
             if preset.strategy_why:
                 typer.echo(f"# why {preset.strategy}: {preset.strategy_why}")
             typer.echo(f"# {_memory_line(preset)}")
+            for strategy, need in absent_drafters(preset):  # what --strategy draft / eagle would stop at
+                typer.echo(f"# --strategy {strategy}: {need.text}")

@@ -645,15 +645,18 @@ def config_to_dict(config: HeadConfig, verifier: str = "", speculative_tokens: i
     return data
 
 
+STORED_DTYPE = torch.bfloat16  # how specli writes a head's weights (load_head casts to the run's dtype)
+
+
 def save_head(head: EagleHead, folder: Path, verifier: str = "", speculative_tokens: int = 4) -> None:
-    """config.json + model.safetensors (float16 weights; d2t/t2d as they are)."""
+    """config.json (naming the weights' dtype) + model.safetensors (bfloat16 weights; d2t/t2d as they
+    are)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     state = {
-        name: (t.to(torch.float16) if t.is_floating_point() else t).contiguous()
+        name: (t.to(STORED_DTYPE) if t.is_floating_point() else t).contiguous()
         for name, t in head.state_dict().items()
     }
     save_file(state, str(folder / WEIGHTS), metadata={"format": "pt"})
-    (folder / "config.json").write_text(
-        json.dumps(config_to_dict(head.config, verifier, speculative_tokens), indent=2) + "\n"
-    )
+    data = {**config_to_dict(head.config, verifier, speculative_tokens), "torch_dtype": "bfloat16"}
+    (folder / "config.json").write_text(json.dumps(data, indent=2) + "\n")

@@ -275,7 +275,8 @@ def preset_context(preset: Any, context: int = 4096) -> int:
 
 def preset_estimate(preset: Any, context: int = 4096) -> int | None:
     """Total bytes a preset needs (target + drafter or EAGLE head, KV for `context` tokens each, or a
-    model's own context when shorter), or None if unknown."""
+    model's own context when shorter), or None if unknown. A drafter the preset's own strategy does not
+    draft with counts when its config is known (it loads on the first generation that asks for it)."""
     total = 0
     if entry(preset.strategy).model == Model.HEAD:  # the drafter is a head, beside the target's LM head
         target = shape_of(preset.target.model)
@@ -293,6 +294,8 @@ def preset_estimate(preset: Any, context: int = 4096) -> int | None:
         if spec is None:
             continue
         shape = shape_of(spec.model)
+        if shape is None and spec is preset.draft and entry(preset.strategy).model != Model.DRAFT:
+            continue  # a drafter only another strategy loads, not on this machine (not trained yet)
         if shape is None:
             return None
         embedded = spec.model.startswith("embedded:")

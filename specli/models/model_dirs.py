@@ -1,4 +1,5 @@
-"""Model folders, read without torch: the models shipped inside the package, and a folder's config.json.
+"""Model folders, read without torch: the models shipped inside the package, the drafters `specli train`
+writes into specli's cache (`trained:NAME`), and a folder's config.json.
 
 `specli presets list` estimates memory from these, so they must not import torch (see `loading` for the
 rest of where models come from).
@@ -7,12 +8,15 @@ rest of where models come from).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from specli.errors import ModelNotFoundError
+from specli.models.paths import specli_cache_dir
 
 EMBEDDED_PREFIX = "embedded:"
+TRAINED_PREFIX = "trained:"
 
 
 def embedded_dir() -> Path:
@@ -35,6 +39,64 @@ def embedded_model(name: str) -> Path:
         ", ".join(f"embedded:{n}" for n in embedded_names()) or "none (this install has no embedded models)"
     )
     raise ModelNotFoundError(f"no embedded model named '{name}'", f"embedded models: {known}")
+
+
+def trained_dir() -> Path:
+    """Where `trained:NAME` drafters live: specli's cache (`specli_cache_dir()`)/trained."""
+    return specli_cache_dir() / "trained"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How a drafter specli does not ship is made: `kind` and `target` of its `specli train` run (which
+    writes it into trained_dir()/NAME), `script`: the commands that run it with its data, `why`: why it
+    is not shipped."""
+
+    kind: str
+    target: str
+    script: str
+    why: str
+
+
+# Drafters a shipped preset names that are not in the package: a drafter ships only when it beats plain
+# decoding on its target in the committed bench; these were trained on a CPU and did not
+# (docs/performance.md "SmolLM2 with its trained drafters"). Recipes: docs/training.md#recipes.
+RECIPES: dict[str, Recipe] = {
+    "smollm2-135m-draft": Recipe(
+        "draft",
+        "package:smollm2-135m",
+        "bash scripts/smollm2_train.sh data && bash scripts/smollm2_train.sh draft",
+        "on SmolLM2 it ran slower than plain decoding",
+    ),
+    "smollm2-135m-eagle3": Recipe(
+        "eagle3",
+        "package:smollm2-135m",
+        "bash scripts/smollm2_train.sh data && bash scripts/smollm2_train.sh eagle3",
+        "on SmolLM2 it ran slower than plain decoding",
+    ),
+}
+
+
+def trained_model(name: str) -> Path:
+    """ "trained:NAME" -> its folder in trained_dir() (a finished `specli train` run: config.json), or a
+    ModelNotFoundError (exit 2) naming the `specli train` command that writes it there."""
+    folder = trained_dir() / name
+    if name and "/" not in name and (folder / "config.json").is_file():
+        return folder
+    recipe = RECIPES.get(name)
+    kind, target = (recipe.kind, recipe.target) if recipe else ("KIND", "TARGET")
+    train = f"specli train {kind} --target {target} --out {folder}"
+    if (folder / "checkpoint").is_dir():  # a run stopped at its time limit (or Ctrl-C)
+        raise ModelNotFoundError(
+            f"{TRAINED_PREFIX}{name} is still training: {folder} holds a checkpoint and no drafter yet",
+            f"finish it: specli train {kind} --out {folder} --resume",
+        )
+    shipped = f"specli does not ship it ({recipe.why}); " if recipe else ""
+    how = f"the recipe: {recipe.script} (docs/training.md#recipes)" if recipe else "see docs/training.md"
+    raise ModelNotFoundError(
+        f"{TRAINED_PREFIX}{name} is not trained on this machine: {shipped}`{train}` writes it",
+        f"{how}; or pass --draft with another drafter (a folder or a hub id)",
+    )
 
 
 def user_model_name(name: str) -> str:

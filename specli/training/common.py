@@ -156,8 +156,12 @@ def draft_loss(
     return loss, {kind: round(loss.item(), 4), "agree": [round(agree, 4)]}
 
 
-def save_model(model, tokenizer, folder: Path) -> None:
-    """float16 safetensors + config + generation config + the shared tokenizer."""
+DRAFTER_DTYPE = torch.bfloat16  # how drafters are stored: half the bytes, float32's range
+
+
+def save_model(model, tokenizer, folder: Path, dtype: torch.dtype = DRAFTER_DTYPE) -> None:
+    """Safetensors in `dtype` (drafters: bfloat16; the embedded target keeps float16) + config +
+    generation config + the shared tokenizer. The model in memory goes back to float32."""
     from transformers import GenerationConfig
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -166,17 +170,18 @@ def save_model(model, tokenizer, folder: Path) -> None:
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.eos_token_id,
     )
-    half = model.to(torch.float16)
+    half = model.to(dtype)
     half.save_pretrained(folder)
     model.to(torch.float32)
     tokenizer.save_pretrained(folder)
 
 
-def round_trip_half(model) -> None:
-    """Make the in-memory weights equal to what was saved in float16."""
+def round_trip_half(model, dtype: torch.dtype = DRAFTER_DTYPE) -> None:
+    """Make the in-memory weights equal to what is saved in `dtype` (the end-of-run measurement then
+    drafts with the weights the folder holds)."""
     with torch.no_grad():
         for p in model.parameters():
-            p.copy_(p.to(torch.float16).to(torch.float32))
+            p.copy_(p.to(dtype).to(torch.float32))
 
 
 def count_parameters(model) -> int:

@@ -19,7 +19,7 @@ from specli.errors import UsageError
 from specli.models.eagle_head import EagleHead, init_weights
 from specli.models.head_formats import save_head
 from specli.training import eagle, pard, peagle
-from specli.training.common import draft_loss, random_windows
+from specli.training.common import DRAFTER_DTYPE, draft_loss, random_windows
 from specli.training.recipe import TrainRecipe
 
 # Seeds of each kind's generators, offset from --seed as the shipped recipes offset them.
@@ -190,10 +190,10 @@ def _peagle(inputs: Inputs) -> Job:
 
 def save_causal_lm(model: Any, tokenizer: Any, folder: Path) -> None:
     """An ordinary transformers folder: config, generation config, weights and the tokenizer. Weights in
-    the half dtype the model's config names (bfloat16 or float16), else float16; the model in memory
-    keeps its float32 weights."""
+    bfloat16 (every drafter's stored dtype: loading casts it to the run's dtype), the config naming it;
+    the model in memory keeps its float32 weights."""
     named = getattr(model.config, "dtype", None) or getattr(model.config, "torch_dtype", None)
-    dtype = torch.bfloat16 if str(named).removeprefix("torch.") == "bfloat16" else torch.float16
+    dtype = DRAFTER_DTYPE
     state, seen = {}, set()
     for name, tensor in model.state_dict().items():
         if tensor.data_ptr() in seen:  # a tied copy (the LM head of tied embeddings): stored once

@@ -255,8 +255,8 @@ def run(out: Path, recipe: Recipe, log=print, target_from: Path | None = None) -
         t0 = time.perf_counter()
         target_history = train_target(target, train_stream, recipe)
         target_seconds = time.perf_counter() - t0
-        save_model(target, tokenizer, out / TARGET_DIR)
-        round_trip_half(target)
+        save_model(target, tokenizer, out / TARGET_DIR, dtype=torch.float16)  # the target: float16
+        round_trip_half(target, torch.float16)
 
     report: dict = {
         "recipe": asdict(recipe),

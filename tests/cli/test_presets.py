@@ -625,16 +625,16 @@ def test_show_names_the_context_its_estimate_plans_for(name, tokens):
 @pytest.mark.parametrize(
     ("name", "target", "strategy", "draft", "chat"),
     [
-        ("smollm2-135m", "package:smollm2-135m", "lookup", "embedded:smollm2-135m-draft", "on"),
-        ("smollm2-135m-eagle3", "package:smollm2-135m", "eagle", "embedded:smollm2-135m-eagle3", "on"),
+        ("smollm2-135m", "package:smollm2-135m", "lookup", "trained:smollm2-135m-draft", "on"),
+        ("smollm2-135m-eagle3", "package:smollm2-135m", "eagle", "trained:smollm2-135m-eagle3", "on"),
         ("gemma3-270m", "package:gemma3-270m", "lookup", None, "off"),
     ],
 )
 def test_the_real_model_presets_name_their_packages(name, target, strategy, draft, chat):
-    """The registry-package presets (issue 30 #2, issue 31): SmolLM2 with the drafters trained for it
-    (embedded), Gemma 3 with lookup (no drafter of its own); float32 (the dtype whose greedy output is
-    transformers' own here), SmolLM2's chat template on, Gemma 3 base without one; the notes give the
-    pip command."""
+    """The registry-package presets (issue 30 #2, issue 31): SmolLM2 with the drafters `specli train`
+    makes for it (trained:NAME, not shipped), Gemma 3 with lookup (no drafter of its own); float32 (the
+    dtype whose greedy output is transformers' own here), SmolLM2's chat template on, Gemma 3 base
+    without one; the notes give the pip command."""
     preset = resolve_preset(name)
     assert (preset.strategy, preset.target.model, preset.target.dtype) == (strategy, target, "float32")
     assert (preset.draft.model if preset.draft else None) == draft

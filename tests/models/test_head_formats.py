@@ -68,14 +68,15 @@ def head_config(vocab: int, kind: str = "eagle3", **overrides) -> HeadConfig:
 
 
 def random_head(config: HeadConfig, seed: int = 0) -> EagleHead:
-    """Random weights (norms too), a random reduced vocabulary; values exact in float16."""
+    """Random weights (norms too), a random reduced vocabulary; values exact in bfloat16 (how specli
+    writes heads) and in float16 (how other layouts store them)."""
     head = init_weights(EagleHead(config), std=0.05, seed=seed)
     g = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for name, p in head.named_parameters():
             if "norm" in name:
                 p.copy_(1 + 0.1 * torch.randn(p.shape, generator=g))
-            p.copy_(p.half().float())
+            p.copy_(torch.where(p.abs() < 2**-14, 0, p).bfloat16().float())  # >= 2**-14: float16's too
     if config.kind == "eagle3" and config.reduced_vocab:
         ids = torch.randperm(config.target_vocab_size, generator=g)[: config.draft_vocab_size].sort().values
         head.d2t.copy_(ids - torch.arange(config.draft_vocab_size))

@@ -43,7 +43,7 @@ def make_deep_head(
 ) -> EagleHead:
     """A random N-layer eagle3 head (parallel: a P-EAGLE head with its own embeddings and mask_hidden) for
     target, over a random 3/4 of its vocabulary. Norms are random too, and every weight is exact in
-    float16 (so a saved folder reads back bit for bit)."""
+    bfloat16 and float16 (so a saved folder reads back bit for bit)."""
     vocab = target.get_output_embeddings().weight.shape[0]
     config = replace(head_config(target, "eagle3", vocab * 3 // 4, 96), num_layers=layers, **overrides)
     if parallel:
@@ -58,7 +58,7 @@ def make_deep_head(
             head.embed_tokens.weight.copy_(target.get_input_embeddings().weight)
             head.mask_hidden.copy_(torch.randn(head.mask_hidden.shape, generator=g) * 0.5)
         for p in head.parameters():
-            p.copy_(p.half().float())
+            p.copy_(torch.where(p.abs() < 2**-14, 0, p).bfloat16().float())  # >= 2**-14: float16's too
     set_vocabulary(head, torch.randperm(vocab, generator=g)[: config.draft_vocab_size].sort().values)
     return head
 

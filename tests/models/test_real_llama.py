@@ -1,7 +1,8 @@
 """The llama.cpp engine on the real models (issue 38 #4): SmolLM2-135M (Q4_1) and Gemma 3 270M (Q4_K_M)
 evaluated by llama.cpp on their own GGUF files. Every strategy the engine runs gives exactly llama.cpp's
 own one-token-at-a-time decoding of the same file (`llama_reference`): plain, lookup as chains and
-trees, and on SmolLM2 the draft model specli trained for it (embedded, written once as a GGUF). Gemma's
+trees, and on SmolLM2 a draft model (its first 27 layers, built here as a transformers folder in
+bfloat16 and written once as a GGUF by specli; the one `specli train` made is not shipped). Gemma's
 prompt + output passes its 512-token sliding window, so rejected drafts are rewound past it.
 
 Marked `real` (run with -m real); skips without the packages or llama-cpp-python, and fails instead
@@ -12,9 +13,10 @@ from __future__ import annotations
 
 import pytest
 from llama_reference import Reference, llama_or_skip
-from test_real_models import _gguf_or_skip
+from test_real_models import _gguf_or_skip, truncated_draft
 
 import specli
+from specli.models import loading, sources
 
 pytestmark = pytest.mark.real
 
@@ -55,13 +57,32 @@ def _run(name: str, cases: dict, prompts: list[str], extra_tokens: int = 0, draf
     assert drafted > 0
 
 
-def test_smollm2_every_strategy_is_one_token_decoding():
+def _smollm2_draft(folder) -> str:
+    """A draft model sharing SmolLM2's tokenizer: its first layers (test_real_models.truncated_draft),
+    from the float32 folder specli dequantizes the package's GGUF into."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = loading.resolve_source("package:smollm2-135m", weights=True, dtype="float32")
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    return str(truncated_draft(model, folder, AutoTokenizer.from_pretrained(source)))
+
+
+def test_smollm2_every_strategy_is_one_token_decoding(tmp_path):
+    llama_or_skip()
+    _gguf_or_skip("smollm2-135m")
     cases = {**CASES, "draft": {"strategy": "draft", "num_draft_tokens": 4, "fixed_k": True}}
     # the second prompt runs past 512 cached positions, where llama.cpp's attention kernels change path
     long = "Summarize this log, then list every line that repeats:\n" + "".join(
         f"{i:03d} INFO worker {i % 7} finished job {i * 13 % 50} in {i % 9}.{i % 10}s\n" for i in range(48)
     )
-    _run("smollm2-135m", cases, [PROMPTS[0], long], draft="embedded:smollm2-135m-draft")
+    converted = sources.specli_cache_dir() / "llama-gguf"  # where specli writes the draft's GGUF
+    before = set(converted.glob("draft-*.gguf"))
+    try:
+        _run("smollm2-135m", cases, [PROMPTS[0], long], draft=_smollm2_draft(tmp_path / "draft"))
+    finally:  # a 0.45 GB file keyed by this run's folder: no later run reads it
+        for path in set(converted.glob("draft-*.gguf")) - before:
+            path.unlink()
 
 
 def test_gemma3_past_its_sliding_window_is_one_token_decoding():

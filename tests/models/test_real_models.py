@@ -14,9 +14,12 @@ reference: transformers' own `generate()` of the dequantized model).
   `self` is refused in one line (its layers are not a Llama stack);
 - sampling: a G-test on SmolLM2's first two tokens with the `self` drafter, and its control (a drafter
   that drafts its argmax but reports its softmax) failing the same test;
-- SmolLM2's own drafters (the embedded draft model and EAGLE-3 head `specli train` made for it, through
-  the presets `smollm2-135m` and `smollm2-135m-eagle3`): greedy identity on both sets, a G-test with the
-  draft model and its control; each refused in one line by another target;
+- SmolLM2 with drafters of its vocabulary and hidden size built here (the ones `specli train` made for
+  it are not shipped: they ran slower than plain decoding), through the preset `smollm2-135m`: its first
+  27 layers as a separate draft model (stored in bfloat16) and a random EAGLE-3 head fitted in seconds
+  to the target's answers; greedy identity on both sets as chains and trees, a G-test with the draft
+  model and its control; the preset's lookup with nothing trained, and its draft strategy naming the
+  `specli train` command;
 - bitsandbytes 4-bit: identical to the quantized model's own `generate()` for every strategy; 8-bit:
   identical, or differing only at a near-tie inside LLM.int8's batch noise (the known limit: its logits
   depend on the other tokens of a forward, so a prefill or a verify of several tokens is not the
@@ -25,6 +28,7 @@ reference: transformers' own `generate()` of the dequantized model).
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from collections.abc import Iterator
@@ -34,6 +38,8 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
+from test_eagle import target_features, vocabulary_from_mask
 from test_lossless_sampling import g_test_pvalue, warpers
 
 import specli
@@ -41,8 +47,13 @@ from specli.bench.prompts import set_path
 from specli.drafters import draft_model, self_speculative
 from specli.engine.drafter import Drafts
 from specli.engine.sampling import SamplingConfig, process_logits
-from specli.errors import UsageError
-from specli.models import packaged
+from specli.errors import ModelNotFoundError, UsageError
+from specli.models import model_dirs, packaged
+from specli.models.eagle_head import EagleHead, HeadCache, init_weights
+from specli.models.head_formats import save_head
+from specli.presets import resolve_preset
+from specli.training.eagle import head_config, set_vocabulary, start_from_target
+from specli.training.jobs import save_causal_lm
 
 pytestmark = pytest.mark.real
 
@@ -254,27 +265,130 @@ def test_smollm2_sampling_keeps_the_targets_first_two_tokens_and_the_control_fai
     assert pvalue(biased, exact) < 1e-6
 
 
-# --------------------------------------------------------------------------- SmolLM2's own drafters
+# --------------------------------------------------------------------------- SmolLM2 with drafters of its own
 
 DRAFTERS = ("draft", "eagle")
 # The draft model's argmax is kept less often than the `self` exit's, so its bias shows more slowly: 40
-# runs gave p = 1e-4 (measured), 120 put it far below the threshold.
+# runs gave p = 1e-4 (measured with the trained draft model), 120 put it far below the threshold.
 DRAFT_CONTROL_RUNS = 120
+DRAFT_LAYERS = G_EXIT  # the draft model: SmolLM2's first 27 layers (the G-test's exit), norm and LM head
+HEAD_VOCAB = 4096  # the head's draft vocabulary: ids below it and every token of its fitting contexts
+DECOY = 0.3  # the share of the head's fitting slots where it learns a wrong first choice
+
+
+def truncated_draft(model: Any, folder: Path, tokenizer: Any) -> Path:
+    """The first DRAFT_LAYERS layers of `model` (a transformers Llama: SmolLM2), with its embeddings,
+    final norm and tied LM head, as a draft model of its own, written as `specli train draft` writes one
+    (bfloat16, the target's tokenizer)."""
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(model.config)
+    config.num_hidden_layers = DRAFT_LAYERS
+    if getattr(config, "layer_types", None):
+        config.layer_types = config.layer_types[:DRAFT_LAYERS]
+    draft = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    keep = {
+        name: tensor
+        for name, tensor in model.state_dict().items()
+        if not name.startswith("model.layers.") or int(name.split(".")[2]) < DRAFT_LAYERS
+    }
+    draft.load_state_dict(keep, strict=True)
+    save_causal_lm(draft, tokenizer, folder)
+    return folder
+
+
+def fitted_head(model: Real, folder: Path, contexts: list[list[int]], steps: int = 60) -> Path:
+    """A random EAGLE-3 head of SmolLM2's shapes (aux layers 2, 15, 27; a reduced draft vocabulary, so
+    d2t maps draft ids to target ids), fitted to `contexts` (prompts and the target's greedy answers to
+    them) as test_eagle.fit_to_target does: slot t reads (feature of x_t, x_{t+1}) and learns x_{t+2};
+    at a random DECOY share of the slots it learns a wrong token first and the right one second (soft
+    targets 0.6 / 0.4), so a token tree has a second choice to keep. Its first draft of a round is then
+    often right, later ones mostly not; written in the speculators layout (bfloat16) as `specli train
+    eagle3` writes one, for package:smollm2-135m."""
+    target = model.reference
+    tokens = sorted(set(range(HEAD_VOCAB)).union(*contexts))
+    head = init_weights(EagleHead(head_config(target, "eagle3", len(tokens), 256)), std=0.02, seed=0)
+    ids = torch.tensor(tokens)
+    set_vocabulary(head, ids)
+    start_from_target(head, target, ids)
+    lookup = torch.full((head.config.target_vocab_size,), -100)
+    lookup[vocabulary_from_mask(head)] = torch.arange(len(tokens))
+    embed = target.get_input_embeddings()
+    generator = torch.Generator().manual_seed(1)
+    slots = []
+    for context in contexts:
+        features = target_features(target, head.config.aux_layers, context[:-1])  # [T-1, F]
+        with torch.no_grad():
+            embeds = embed(torch.tensor(context[1:]))  # [T-1, H]
+        labels = lookup[torch.tensor(context[2:])]  # draft ids (all in the draft vocabulary)
+        soft = F.one_hot(labels, len(tokens)).float()
+        decoys = torch.rand(len(labels), generator=generator) < DECOY
+        wrong = torch.randint(len(tokens), (len(labels),), generator=generator)
+        soft[decoys] *= 0.4
+        soft[decoys, wrong[decoys]] += 0.6
+        slots.append((features, embeds, soft))
+    head.train()
+    optimizer = torch.optim.Adam(head.parameters(), lr=1e-2)
+    for _ in range(steps):
+        loss = 0
+        for features, embeds, labels in slots:
+            positions = torch.arange(features.shape[0])
+            states = head.step(embeds, head.fuse(features), positions, HeadCache())
+            loss = loss + F.cross_entropy(head.draft_logits(states[:-1]), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    save_head(head.eval(), folder, verifier=model.target)
+    return folder
 
 
 @pytest.fixture(scope="module")
-def smollm2_drafters(smollm2) -> Any:
-    """The preset `smollm2-135m` as a user loads it: the target with its embedded draft model and head."""
-    return specli.load("smollm2-135m", strategy=list(DRAFTERS), device="cpu", dtype="float32", threads=None)
+def smollm2_drafters(smollm2, tmp_path_factory) -> Any:
+    """The preset `smollm2-135m` as a user loads it once its drafters are trained, with drafters built
+    here in their place (the trained ones are not shipped): the target with the truncated draft model
+    and the fitted EAGLE-3 head."""
+    root = tmp_path_factory.mktemp("smollm2-drafters")
+    contexts = []
+    for set_name, index in PROMPTS:
+        ids = smollm2.pair.encode(bundled(set_name, index + 1)[index], chat=True)
+        contexts.append(ids + reference_ids(smollm2, ids, 32))
+    draft = truncated_draft(smollm2.reference, root / "draft", smollm2.pair.tokenizer)
+    head = fitted_head(smollm2, root / "head", contexts)
+    preset = resolve_preset("smollm2-135m")
+    preset = preset.model_copy(
+        update={
+            "draft": preset.draft.model_copy(update={"model": str(draft)}),
+            "head": preset.head.model_copy(update={"model": str(head)}),
+        }
+    )
+    return specli.load(preset, strategy=list(DRAFTERS), device="cpu", dtype="float32", threads=None)
+
+
+def test_smollm2_preset_runs_lookup_with_nothing_trained(smollm2, monkeypatch, tmp_path):
+    """The preset's default strategy needs no drafter: with no `trained:` drafter on the machine it
+    loads and decodes as transformers' generate() does; asking it for its draft model then stops with
+    the `specli train` command that writes it (exit 2), and the pair still decodes after."""
+    monkeypatch.setattr(model_dirs, "trained_dir", lambda: tmp_path / "trained")
+    pair = specli.load("smollm2-135m", device="cpu", dtype="float32", threads=None, engine="torch")
+    assert pair.strategy == "lookup"
+    ids = pair.encode(bundled("chat", 1)[0], chat=True)
+    assert pair.generate(prompt_ids=ids, max_new_tokens=16).token_ids == reference_ids(smollm2, ids, 16)
+    with pytest.raises(ModelNotFoundError) as info:
+        pair.generate(prompt_ids=ids, strategy="draft", max_new_tokens=4)
+    assert (
+        info.value.exit_code == 2
+        and "`specli train draft --target package:smollm2-135m" in info.value.message
+    )
+    assert pair.generate(prompt_ids=ids, max_new_tokens=16).token_ids == reference_ids(smollm2, ids, 16)
 
 
 @pytest.mark.parametrize("strategy", DRAFTERS)
-def test_smollm2_with_its_trained_drafters_is_transformers_generate(smollm2, smollm2_drafters, strategy):
-    """The embedded draft model and EAGLE-3 head trained for SmolLM2 (float16 weights, drafting in
-    float32 beside a float32 target): greedy ids identical to transformers' generate() on prompts of both
-    sets, drafts kept and refused. A head fed the wrong aux layers or a draft vocabulary mapped wrong
-    keeps the output (verification is exact) but hardly any draft: the acceptance floor catches that
-    (these drafters keep 12-19 % of their first drafts, docs/models.md; a broken one about 0 %)."""
+def test_smollm2_with_drafters_of_its_own_is_transformers_generate(smollm2, smollm2_drafters, strategy):
+    """A separate draft model (SmolLM2's first 27 layers, stored in bfloat16, drafting in float32 beside
+    the float32 target) and an EAGLE-3 head of SmolLM2's shapes: greedy ids identical to transformers'
+    generate() on prompts of both sets, drafts kept and refused. A head fed the wrong aux layers or a
+    draft vocabulary mapped wrong keeps the output (verification is exact) but hardly any draft: the
+    acceptance floor catches that (a broken one keeps about 0 %)."""
     pair, accepted, drafted, rejected = smollm2_drafters, 0, 0, 0
     for set_name, index in PROMPTS:
         prompt = bundled(set_name, index + 1)[index]
@@ -286,7 +400,7 @@ def test_smollm2_with_its_trained_drafters_is_transformers_generate(smollm2, smo
         rejected += sum(1 for _ in rewinds(result))
     assert accepted > 0 and rejected > 0
     rate = accepted / drafted
-    assert rate > 0.04, f"{strategy}: acceptance rate {rate:.2f}: not the trained drafter"
+    assert rate > 0.04, f"{strategy}: acceptance rate {rate:.2f}: the drafter does not draft what it should"
 
 
 @pytest.mark.parametrize("strategy", (*DRAFTERS, "lookup"))
@@ -314,9 +428,9 @@ def test_smollm2_token_trees_are_transformers_generate(smollm2, smollm2_drafters
 def test_smollm2_sampling_with_its_draft_model_keeps_the_targets_distribution(
     smollm2, smollm2_drafters, monkeypatch
 ):
-    """G-test of the first two sampled tokens (temperature 1, top-k 3) with the trained draft model, which
-    agrees with the target sometimes; the control (drafting its argmax, reporting its softmax) fails the
-    same test."""
+    """G-test of the first two sampled tokens (temperature 1, top-k 3) with the draft model (SmolLM2's
+    first 27 layers: the `self` exit G_EXIT as a model of its own, kept about a third of the time); the
+    control (drafting its argmax, reporting its softmax) fails the same test."""
     pair = smollm2_drafters
     ids = pair.encode(G_PROMPT, chat=False)
     exact = exact_first_two(smollm2.reference, ids, SAMPLING)

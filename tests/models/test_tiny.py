@@ -122,9 +122,51 @@ def test_shipped_pair_sizes():
     assert config["max_position_embeddings"] >= 512
     draft = json.loads((embedded_dir() / "tiny-draft" / "config.json").read_text())
     assert 1 <= draft["num_hidden_layers"] <= 2
-    tiny = [d for d in embedded_dir().iterdir() if d.name.startswith("tiny-")]
-    total = sum(f.stat().st_size for d in tiny for f in d.rglob("*") if f.is_file())
-    assert total <= 40 * 2**20  # the tiny pair's own; all: test_smollm2_drafters.py
+
+
+# The shipped drafters and the stored dtype of their float weights: bfloat16 (what `specli train` writes),
+# or float16 for the ones trained before it did (converting them would add their size to the history)
+SHIPPED_DRAFTERS = {
+    "tiny-draft": "BF16",
+    "tiny-eagle3": "BF16",
+    "tiny-eagle1": "F16",
+    "tiny-pard": "F16",
+    "tiny-peagle": "F16",
+}
+EMBEDDED_BUDGET = 40 * 2**20  # every embedded model together (the SmolLM2 drafters, 44 MB, left it)
+
+
+def _float_dtypes(folder) -> set[str]:
+    from safetensors import safe_open
+
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:
+        dtypes = {str(f.get_slice(name).get_dtype()) for name in f.keys()}  # noqa: SIM118
+    return {d for d in dtypes if d.startswith(("F", "BF"))}
+
+
+def test_the_shipped_drafters_are_half_width_named_in_their_config_and_fit_the_budget():
+    """Catches a float32 export (twice the size), a config naming another dtype than its weights', a head
+    saved without its vocabulary maps, a drafter without the record of its training, a shipped drafter
+    no committed bench backs (SHIPPED_DRAFTERS is the list), and the embedded folder growing past
+    40 MiB."""
+    root = embedded_dir()
+    total = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+    assert total <= EMBEDDED_BUDGET, f"{total / 2**20:.1f} MiB embedded"
+    assert set(embedded_names()) == {"tiny-target", *SHIPPED_DRAFTERS}
+    names = {"BF16": "bfloat16", "F16": "float16"}
+    for name, stored in SHIPPED_DRAFTERS.items():
+        folder = root / name
+        assert _float_dtypes(folder) == {stored}, name
+        config = json.loads((folder / "config.json").read_text())
+        assert config.get("dtype", config.get("torch_dtype", names[stored])) == names[stored], name
+        if "speculators_model_type" in config:  # EAGLE-3 / P-EAGLE: their draft vocabulary's maps
+            from safetensors import safe_open
+
+            with safe_open(str(folder / "model.safetensors"), "pt") as f:
+                assert {"d2t", "t2d"} <= set(f.keys()), name
+        record = folder / "training.json" if name != "tiny-draft" else root / "training.json"
+        assert record.is_file(), f"{name}: no record of its training"
+    assert _float_dtypes(root / "tiny-target") == {"F16"}
 
 
 def test_default_is_the_tiny_pair_and_lossless():

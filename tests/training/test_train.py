@@ -82,7 +82,8 @@ def test_every_kind_trains_and_its_drafter_loads_losslessly(kind, tiny_pair, fil
     """The written folder loads with --draft at once and greedy output is the target's own generate()
     (catches a folder the loaders refuse, a head shaped for another target, a PARD drafter without its
     mask token); EAGLE heads read back with exactly the tensors trained (catches a broken speculators
-    layout: names, d2t/t2d); the measurement ran through the engine and matched plain decoding."""
+    layout: names, d2t/t2d); every kind's weights are bfloat16, as its config says (catches a writer back
+    on float16 or float32); the measurement ran through the engine and matched plain decoding."""
     target, init = tiny_pair
     out = tmp_path / kind
     more = ["--init", str(init)] if kind in ("pard", "draft") else []
@@ -95,7 +96,9 @@ def test_every_kind_trains_and_its_drafter_loads_losslessly(kind, tiny_pair, fil
         trained = checkpoint.load(out)["model"]
         head = load_head(out, AutoModelForCausalLM.from_pretrained(target).config)
         for name, tensor in head.state_dict().items():
-            expected = trained[name].to(torch.float16) if trained[name].is_floating_point() else trained[name]
+            expected = (
+                trained[name].to(torch.bfloat16) if trained[name].is_floating_point() else trained[name]
+            )
             assert torch.equal(tensor.to(expected.dtype), expected), name
         if kind == "eagle3":
             assert config["draft_vocab_size"] == 300
@@ -103,9 +106,10 @@ def test_every_kind_trains_and_its_drafter_loads_losslessly(kind, tiny_pair, fil
         assert config["pard_token"] == config["vocab_size"] - 1 and config["para_num"] == 4
     if kind in ("pard", "draft"):
         assert (out / "tokenizer.json").is_file()
-        with safe_open(out / "model.safetensors", "pt") as weights:  # the dtype config.json names
-            assert config["dtype"] == "float16"
-            assert {weights.get_tensor(name).dtype for name in weights.keys()} == {torch.float16}  # noqa: SIM118
+    with safe_open(out / "model.safetensors", "pt") as weights:  # drafters in bfloat16, as config.json says
+        assert config.get("dtype", config.get("torch_dtype")) == "bfloat16"
+        floats = {weights.get_tensor(name).dtype for name in weights.keys()} - {torch.long, torch.bool}  # noqa: SIM118
+        assert floats == {torch.bfloat16}
     if kind != "draft":  # the engines serve what it wrote (vLLM: speculators heads, PARD folders)
         export = [
             "export",
