@@ -30,7 +30,15 @@ from specli.models.placement import Placement
 from specli.models.sources import trained_parallel_k
 from specli.models.static_cache import STATIC_DEFAULT_LENGTH, static_cache_problem
 from specli.presets import GenerationSpec, SpeculationSpec
-from specli.settings import Settings, check_strategy, default_exit_layer, settings_from
+from specli.settings import (
+    ModelContext,
+    Settings,
+    SettingsChange,
+    check_fits,
+    check_strategy,
+    default_exit_layer,
+    settings_from,
+)
 from specli.strategies import Model, Strategy, check_compile, entry
 from specli.text import IncrementalDecoder
 
@@ -247,10 +255,11 @@ class Pair:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
     # --- settings and generation ---------------------------------------------------------------
-    def settings(self, **overrides: Any) -> Settings:
-        """The pair's settings (its preset's, its strategy) with `overrides` on top (None = unset),
-        checked against the loaded models; exit_layer defaults to a quarter of the target's depth."""
-        return self._checked(settings_from(self.generation, self.speculation, self.strategy, **overrides))
+    def settings(self, change: SettingsChange | None = None, /, **fields: Any) -> Settings:
+        """The pair's settings (its preset's, its strategy) with `change` and `fields` on top (None =
+        unset), checked against the loaded models; exit_layer defaults to a quarter of the target's depth."""
+        change = (change or SettingsChange()).merged(**fields)
+        return self._checked(settings_from(self.generation, self.speculation, self.strategy, change))
 
     def _checked(self, settings: Settings) -> Settings:
         """What only the loaded models can tell: the weights the strategy drafts with (the strategy
@@ -261,19 +270,16 @@ class Pair:
         self._load_missing(settings.strategy)
         if self.compile:
             check_compile(settings.strategy)
-        self._check_draft_length(settings)
         layers = self.num_layers
         if settings.exit_layer is None and layers is not None:
             settings = settings.replace(exit_layer=default_exit_layer(layers))
-        if entry(settings.strategy).target_layers:
-            if layers is None:
-                check_layer_stack(self.target_model, settings.strategy)  # raises, naming the architecture
-            if not 1 <= settings.exit_layer < layers:
-                raise UsageError(
-                    f"exit layer {settings.exit_layer} is out of range for '{self.target_name}' "
-                    f"({layers} layers).",
-                    f"Pick --exit-layer between 1 and {layers - 1}.",
-                )
+        if entry(settings.strategy).target_layers and layers is None:
+            check_layer_stack(self.target_model, settings.strategy)  # raises, naming the architecture
+        check_fits(
+            settings,
+            ModelContext(self.target_name, self.max_positions, layers),
+            ModelContext(self.draft_name, self.draft_max_positions) if self.draft_name else None,
+        )
         return settings
 
     def _load_missing(self, strategy: str) -> None:
@@ -316,29 +322,14 @@ class Pair:
         self.draft_max_positions = loading.model_max_positions(draft_model)
         self.draft = _cached_lm(draft_model, name, self.draft_max_positions, self.compile)
 
-    def _check_draft_length(self, settings: Settings) -> None:
-        """UsageError when k cannot fit a model's context: a round verifies the last token + k drafts after
-        at least one prompt token, so k <= context - 2 (the engine caps each round by what is left)."""
-        own = entry(settings.strategy)
-        if not own.drafts:
-            return
-        limits = [(self.max_positions, self.target_name)]
-        if own.model == Model.DRAFT:
-            limits.append((self.draft_max_positions, self.draft_name))
-        for limit, name in limits:
-            if limit is not None and settings.num_draft_tokens > limit - 2:
-                raise UsageError(
-                    f"num-draft-tokens {settings.num_draft_tokens} does not fit the context of "
-                    f"'{name}' ({limit} tokens).",
-                    f"Pick -k {max(1, limit - 2)} or less.",
-                )
-
-    def _resolve(self, settings: Settings | None, overrides: dict[str, Any]) -> Settings:
-        """`settings` (default: the pair's own) with `overrides` (None = unset), checked for this pair."""
+    def _resolve(self, settings: Settings | None, fields: dict[str, Any]) -> Settings:
+        """`settings` (default: the pair's own) with the keyword `fields` of a call (None = unset) on top,
+        checked for this pair."""
+        change = SettingsChange().merged(**fields)
         if settings is None:
-            return self.settings(**overrides)
-        changes = {name: value for name, value in overrides.items() if value is not None}
-        return self._checked(settings.replace(**changes) if changes else settings)
+            return self.settings(change)
+        given = change.given()
+        return self._checked(settings.replace(**given) if given else settings)
 
     def _drafter(self, settings: Settings, length: int) -> Drafter | None:
         """The strategy's drafter for a generation that can reach `length` tokens, built by its file in

@@ -1,9 +1,11 @@
-"""Every generation setting, resolved once: the preset first, then the caller's overrides.
+"""Every generation setting, resolved once: the preset first, then the caller's change on top.
 
-`resolve_settings(preset, **overrides)` gives a frozen `Settings` that the engine, the views and bench
-all read. Ranges come from one schema, the preset's (`GenerationSpec`, `SpeculationSpec`): a value out
-of range raises a `UsageError` naming the command-line option and the fix. `Pair.settings(...)` adds what
-only the loaded model knows (the exit layer's default and range).
+`resolve_settings(preset, change)` gives a frozen `Settings` that the engine, the views and bench all
+read; a `SettingsChange` (typed, None = leave the preset's) is how settings cross layers (the CLI's
+options, bench's sweeps, a served request). Ranges come from one schema, the preset's (`GenerationSpec`,
+`SpeculationSpec`): a value out of range raises a `UsageError` naming the command-line option and the
+fix. What the models allow (k against each context, the exit layer inside the target) is one pure check,
+`check_fits`, fed by local configs before torch loads and by the loaded models after (`Pair.settings`).
 
 No torch here: the CLI resolves settings before anything heavy is imported, so a typo fails at once.
 """
@@ -29,6 +31,7 @@ from specli.presets import (
 )
 from specli.strategies import (
     LOOKUP_NGRAM_MAX,
+    Model,
     Strategy,
     check_strategy,
     check_tree,
@@ -67,6 +70,85 @@ _RANGE_MESSAGES: dict[str, Callable[[Any], str]] = {
     "tree": lambda v: f"tree must be between 0 and {MAX_TREE_NODES} nodes (got {v}); 0 drafts a chain.",
     "tree_width": lambda v: f"tree-width must be between 1 and {MAX_TREE_WIDTH} (got {v}).",
 }
+
+
+@dataclass(frozen=True)
+class SettingsChange:
+    """The settings a caller names on top of a preset's; None leaves a field as the preset has it.
+
+    Field names are Settings' own. `given()` is what is set; `merged(**fields)` a copy with more set
+    (unknown names are a TypeError, as for Settings)."""
+
+    strategy: str | None = None
+    max_new_tokens: int | None = None
+    num_draft_tokens: int | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: Sequence[str] | str | None = None
+    ngram_min: int | None = None
+    ngram_max: int | None = None
+    exit_layer: int | None = None
+    chat: bool | None = None
+    fixed_k: bool | None = None
+    draft_p_min: float | None = None
+    min_p: float | None = None
+    ignore_eos: bool | None = None
+    tree: int | None = None
+    tree_width: int | None = None
+
+    def given(self) -> dict[str, Any]:
+        """The fields set (not None), by name."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) is not None
+        }
+
+    def merged(self, **fields: Any) -> SettingsChange:
+        """A copy with `fields` set on top (a None among them leaves that field as it was)."""
+        _check_names(fields)
+        return dataclasses.replace(
+            self, **{name: value for name, value in fields.items() if value is not None}
+        )
+
+
+@dataclass(frozen=True)
+class ModelContext:
+    """What a check of the settings needs to know of one model: its name (for the message), the context
+    it declares (None: unknown) and, for the target, its layer count (None: unknown or no layer stack)."""
+
+    name: str
+    positions: int | None
+    layers: int | None = None
+
+
+def check_fits(settings: Settings, target: ModelContext | None, draft: ModelContext | None = None) -> None:
+    """The one check of settings against models, pure: the CLI runs it on local configs before torch is
+    imported, `Pair.settings` on the loaded models. UsageError when k cannot fit a context the strategy
+    drafts or verifies in (a round verifies the last token + k drafts after at least one prompt token: k
+    <= context - 2; the engine caps each round by what is left), or when an exit layer given to a strategy
+    drafting with the target's own layers is not inside the target (1 .. layers - 1)."""
+    own = entry(settings.strategy)
+    if not own.drafts:
+        return
+    k = settings.num_draft_tokens
+    for model in (target, draft if own.model == Model.DRAFT else None):
+        if model is not None and model.positions is not None and k > model.positions - 2:
+            raise UsageError(
+                f"num-draft-tokens {k} does not fit the context of '{model.name}' "
+                f"({model.positions} tokens).",
+                f"Pick -k {max(1, model.positions - 2)} or less.",
+            )
+    layer = settings.exit_layer
+    if not own.target_layers or target is None or target.layers is None or layer is None:
+        return
+    if not 1 <= layer < target.layers:
+        raise UsageError(
+            f"exit layer {layer} is out of range for '{target.name}' ({target.layers} layers).",
+            f"Pick --exit-layer between 1 and {target.layers - 1}.",
+        )
 
 
 def default_exit_layer(num_layers: int) -> int:
@@ -143,9 +225,7 @@ class Settings:
 
     def replace(self, **changes: Any) -> Settings:
         """A copy with `changes` applied, validated again (UsageError on a bad value)."""
-        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
-        if unknown:
-            raise TypeError(f"unknown setting(s): {', '.join(sorted(unknown))}")
+        _check_names(changes)
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -154,16 +234,19 @@ class Settings:
         return data
 
 
-def resolve_settings(preset: Preset | None = None, **overrides: Any) -> Settings:
-    """The preset's settings (the schema's defaults without one), then `overrides` on top.
+def resolve_settings(
+    preset: Preset | None = None, change: SettingsChange | None = None, /, **fields: Any
+) -> Settings:
+    """The preset's settings (the schema's defaults without one), then `change` and `fields` on top.
 
-    An override whose value is None is unset. Names are Settings' fields; a value out of range raises
-    a UsageError naming the command-line option. Nothing here needs a model: exit_layer's default and
-    its upper bound come with `Pair.settings`.
+    A field whose value is None is unset. Names are Settings' fields; a value out of range raises a
+    UsageError naming the command-line option. Nothing here needs a model: exit_layer's default and its
+    upper bound come with `Pair.settings`.
     """
+    change = (change or SettingsChange()).merged(**fields)
     if preset is None:
-        return settings_from(GenerationSpec(), SpeculationSpec(), Strategy.DRAFT, **overrides)
-    return settings_from(preset.generation, preset_speculation(preset), preset.strategy, **overrides)
+        return settings_from(GenerationSpec(), SpeculationSpec(), Strategy.DRAFT, change)
+    return settings_from(preset.generation, preset_speculation(preset), preset.strategy, change)
 
 
 def preset_speculation(preset: Preset) -> SpeculationSpec:
@@ -187,19 +270,21 @@ def draft_tokens(speculation: SpeculationSpec, strategy: str) -> int:
 
 
 def settings_from(
-    generation: GenerationSpec, speculation: SpeculationSpec, strategy: str, /, **overrides: Any
+    generation: GenerationSpec, speculation: SpeculationSpec, strategy: str, change: SettingsChange, /
 ) -> Settings:
     """resolve_settings from a preset's parts (what `Pair` keeps of its preset); k as `draft_tokens` says."""
-    names = {f.name for f in dataclasses.fields(Settings)}
-    unknown = set(overrides) - names
-    if unknown:
-        raise TypeError(f"unknown setting(s): {', '.join(sorted(unknown))}")
+    given = change.given()
     values: dict[str, Any] = {"strategy": strategy}
     values |= {name: getattr(generation, name) for name in GENERATION_FIELDS}
     values |= {name: getattr(speculation, name) for name in SPECULATION_FIELDS}
-    values["num_draft_tokens"] = draft_tokens(speculation, overrides.get("strategy") or strategy)
-    values |= {name: value for name, value in overrides.items() if value is not None}
-    return Settings(**values)
+    values["num_draft_tokens"] = draft_tokens(speculation, given.get("strategy") or strategy)
+    return Settings(**(values | given))
+
+
+def _check_names(fields: dict[str, Any]) -> None:
+    unknown = set(fields) - {f.name for f in dataclasses.fields(Settings)}
+    if unknown:
+        raise TypeError(f"unknown setting(s): {', '.join(sorted(unknown))}")
 
 
 def _validate(model: type[GenerationSpec] | type[SpeculationSpec], values: dict[str, Any]) -> Any:

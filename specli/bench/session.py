@@ -20,7 +20,7 @@ from specli.bench.endpoint import Endpoint, EndpointRunner, client_environment, 
 from specli.bench.plan import BenchPlan
 from specli.bench.prompts import BenchPrompt
 from specli.errors import UsageError
-from specli.settings import resolve_settings
+from specli.settings import SettingsChange, resolve_settings
 
 if TYPE_CHECKING:
     from specli.pair import Pair
@@ -69,14 +69,13 @@ def run_strategies(plan: BenchPlan, pair: Pair) -> list[str]:
 
 
 def local_workload(
-    plan: BenchPlan, pair: Pair, settings: Settings, strategies: list[str], overrides: dict[str, Any]
+    plan: BenchPlan, pair: Pair, settings: Settings, strategies: list[str], change: SettingsChange
 ) -> Workload:
     """A local bench's work on the loaded pair: each strategy's own settings (lookup's default k; at the
     largest k of a sweep, which fits every model's context), valid before any run; the prompts (the
     packaged set the model chooses, chat or code, unless a file or set was named), encoded."""
-    sweep = {"num_draft_tokens": max(plan.ks)} if plan.ks else {}
-    given = {**overrides, **sweep}
-    by_strategy = {other: pair.settings(**given, strategy=other) for other in strategies}
+    swept = change.merged(num_draft_tokens=max(plan.ks)) if plan.ks else change
+    by_strategy = {other: pair.settings(swept, strategy=other) for other in strategies}
     loaded = plan.prompts
     if loaded is None:
         loaded = prompt_sets.read_prompts(
@@ -88,12 +87,12 @@ def local_workload(
     return Workload(pair, strategies, encoded, skipped, bench, pair.uses_chat(settings.chat))
 
 
-def served_workload(plan: BenchPlan, overrides: dict[str, Any], chat: bool | None) -> Workload:
+def served_workload(plan: BenchPlan, change: SettingsChange) -> Workload:
     """The work of a bench of servers alone: the settings without a model, the prompts as text."""
-    settings = resolve_settings(**overrides)
+    settings = resolve_settings(None, change)
     selected = prompt_sets.select_prompts(plan.prompts or [], plan.options.categories, plan.options.limit)
     encoded: list[tuple[BenchPrompt, list[int]]] = [(p, []) for p in selected]
-    return Workload(None, [], encoded, [], _bench_settings(plan, settings, {}), bool(chat))
+    return Workload(None, [], encoded, [], _bench_settings(plan, settings, {}), bool(change.chat))
 
 
 def _bench_settings(plan: BenchPlan, settings: Settings, by_strategy: dict[str, Settings]) -> b.BenchSettings:

@@ -245,7 +245,7 @@ def _local(plan: BenchPlan, models: ModelOptions, options: GenerationOptions, er
     skipped_trees = b.tree_sweep_note(strategies) if plan.trees else None
     if skipped_trees:
         err.print(f"note: {skipped_trees}", markup=False)
-    return session.local_workload(plan, pair, settings, strategies, options.overrides())
+    return session.local_workload(plan, pair, settings, strategies, options)
 
 
 def _served(plan: BenchPlan, models: ModelOptions, options: GenerationOptions, err: Console) -> Workload:
@@ -261,7 +261,7 @@ def _served(plan: BenchPlan, models: ModelOptions, options: GenerationOptions, e
         "--device": models.device != "auto", "--dtype": models.dtype is not None,
         "--quant": models.quant is not None, "--threads": models.threads != AUTO,
     })  # fmt: skip
-    return session.served_workload(plan, options.overrides(), chat=options.chat)
+    return session.served_workload(plan, options)
 
 
 def _local_only_note(say: Callable[..., None], given: dict[str, bool]) -> None:

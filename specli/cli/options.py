@@ -1,10 +1,9 @@
 """Options shared by the commands, defined once: the `Annotated` aliases each command's signature uses,
 and the groups they are gathered into (`ModelOptions`: which models and how to load them;
-`GenerationOptions`: setting overrides, None leaving the preset's)."""
+`GenerationOptions`: the settings named, a `SettingsChange`: None leaves the preset's)."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 import re
@@ -20,7 +19,14 @@ from specli.models import sources
 from specli.models.engines import check_engine
 from specli.models.model_dirs import config_max_positions
 from specli.presets import DEFAULT_PRESET, MAX_TREE_NODES, MAX_TREE_WIDTH, Preset, resolve_preset
-from specli.settings import Settings, check_strategy, resolve_settings
+from specli.settings import (
+    ModelContext,
+    Settings,
+    SettingsChange,
+    check_fits,
+    check_strategy,
+    resolve_settings,
+)
 from specli.strategies import LOOKUP_NGRAM_MAX, Model, Strategy, described, either, entry, tree_strategies
 from specli.threads import AUTO, parse_threads
 
@@ -258,34 +264,14 @@ class ModelOptions:
     engine: str | None = None  # None: the preset's, else auto
 
 
-@dataclass(frozen=True)
-class GenerationOptions:
-    """Settings given on the command line; None leaves the preset's."""
+GenerationOptions = SettingsChange  # the settings given on the command line; None leaves the preset's
 
-    max_new_tokens: int | None = None
-    num_draft_tokens: int | None = None
-    temperature: float | None = None
-    top_k: int | None = None
-    top_p: float | None = None
-    seed: int | None = None
-    stop: list[str] | None = None
-    chat: bool | None = None
-    exit_layer: int | None = None
-    ngram_min: int | None = None
-    ngram_max: int | None = None
-    fixed_k: bool | None = None
-    draft_p_min: float | None = None
-    tree: int | None = None
-    tree_width: int | None = None
 
-    def overrides(self) -> dict[str, Any]:
-        """As keyword arguments for `resolve_settings` / `Pair.settings`."""
-        return dataclasses.asdict(self)
-
-    def check_text(self) -> None:
-        """Stop strings given as arguments must be UTF-8 (argv's undecodable bytes arrive as surrogates)."""
-        for stop in self.stop or ():
-            check_text(stop, "--stop")
+def check_stop_text(options: SettingsChange) -> None:
+    """Stop strings given as arguments must be UTF-8 (argv's undecodable bytes arrive as surrogates)."""
+    stops = (options.stop,) if isinstance(options.stop, str) else options.stop or ()
+    for stop in stops:
+        check_text(stop, "--stop")
 
 
 # --------------------------------------------------------------------------- checks before torch loads
@@ -316,9 +302,9 @@ def check_before_loading(models: ModelOptions, options: GenerationOptions | None
     parse_threads(models.threads)
     if models.engine is not None:
         check_engine(models.engine)
-    options.check_text()
+    check_stop_text(options)
     preset = _preset(models)
-    settings = resolve_settings(preset, strategy=models.strategy, **options.overrides())
+    settings = resolve_settings(preset, options, strategy=models.strategy)
     strategies = _strategies(models, preset)
     target = models.target or (preset.target.model if preset else None)
     preset_draft = preset.draft.model if preset and preset.draft else None
@@ -329,9 +315,9 @@ def check_before_loading(models: ModelOptions, options: GenerationOptions | None
         if name is not None and used:
             local_model_folder(name)
     for strategy in strategies:  # each strategy's own settings: its k, and a tree only where it drafts one
-        k = resolve_settings(preset, strategy=strategy, **options.overrides()).num_draft_tokens
+        own = resolve_settings(preset, options, strategy=strategy)
         if options.num_draft_tokens is not None or models.draft is None:  # else a parallel drafter picks k
-            _check_context(k, strategy, target, drafter)
+            check_fits(own, _context(target), _context(drafter))
     return settings
 
 
@@ -379,18 +365,10 @@ def _strategies(models: ModelOptions, preset: Preset | None) -> list[str]:
     return [Strategy.DRAFT if models.draft else Strategy.NONE]
 
 
-def _check_context(k: int, strategy: str, target: str | None, draft: str | None) -> None:
-    """-k against the context of each local model the strategy verifies or drafts with (Pair's own check:
-    a round verifies the last token and k drafts after at least one prompt token, so k <= context - 2)."""
-    own = entry(strategy)
-    if not own.drafts:
-        return
-    names = [target] + ([draft] if own.model == Model.DRAFT else [])
-    for name in names:
-        config = local_model_config(name) if name else None
-        limit = config_max_positions(config) if config is not None else None
-        if limit is not None and k > limit - 2:
-            raise UsageError(
-                f"num-draft-tokens {k} does not fit the context of '{name}' ({limit} tokens).",
-                f"Pick -k {max(1, limit - 2)} or less.",
-            )
+def _context(name: str | None) -> ModelContext | None:
+    """What a local config says of a model's context (`check_fits`' input); None for no model, and an
+    unknown context for a hub id (loading checks those)."""
+    if name is None:
+        return None
+    config = local_model_config(name)
+    return ModelContext(name, config_max_positions(config) if config is not None else None)

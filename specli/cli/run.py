@@ -95,7 +95,7 @@ def load_pair(
             "note: bitsandbytes quantization on CPU works but is slow: it saves memory, not time.",
             markup=False,
         )
-    return pair, pair.settings(**options.overrides())
+    return pair, pair.settings(options)
 
 
 @dataclass(frozen=True)

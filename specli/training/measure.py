@@ -20,6 +20,7 @@ from specli.models import head_formats, loading
 from specli.models.cached_lm import CachedLM
 from specli.models.model_dirs import read_config
 from specli.pair import Pair
+from specli.settings import SettingsChange
 from specli.strategies import Strategy
 
 PLAIN = Strategy.NONE
@@ -135,15 +136,10 @@ def run_measurement(
 
 
 def _bench(pair: Pair, strategy: str, max_new_tokens: int, k: int | None) -> BenchSettings:
-    overrides: dict[str, Any] = {
-        "strategy": strategy,
-        "max_new_tokens": max_new_tokens,
-        "temperature": 0.0,
-        "fixed_k": True,
-    }
-    if k is not None:
-        overrides["num_draft_tokens"] = k
-    return BenchSettings(pair.settings(**overrides), repeats=1, warmup=1)
+    change = SettingsChange(
+        strategy=strategy, max_new_tokens=max_new_tokens, temperature=0.0, fixed_k=True, num_draft_tokens=k
+    )
+    return BenchSettings(pair.settings(change), repeats=1, warmup=1)
 
 
 def summary_lines(report: dict[str, Any]) -> list[str]:

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 import specli
 import specli.api
 from specli.cli import app, parse_sweep
+from specli.cli.options import GenerationOptions, ModelOptions, check_before_loading
 from specli.errors import UsageError
 from specli.presets import MAX_DRAFT_TOKENS
 from tests.conftest import make_model, save_model
@@ -108,6 +109,23 @@ def test_k_that_cannot_fit_the_context_names_it(tmp_path, tokenizer):
     with pytest.raises(UsageError, match="does not fit"):
         pair.generate("def", num_draft_tokens=30, max_new_tokens=2)
     assert pair.settings(strategy="none", num_draft_tokens=30).strategy == "none"  # plain drafts nothing
+
+
+def test_the_check_before_loading_and_the_loaded_check_say_the_same(tmp_path, tokenizer):
+    """One check (settings.check_fits) on both paths: the CLI's on the folders' config.json before torch
+    loads, Pair.settings' on the loaded models. Catches the two drifting apart (a limit or a wording)."""
+    target = save_model(tmp_path / "t", make_model(max_positions=24, seed=1), tokenizer)
+    draft = save_model(tmp_path / "d", make_model(max_positions=12, seed=2, layers=1), tokenizer)
+    models = ModelOptions(target=str(target), draft=str(draft), strategy="draft")
+    with pytest.raises(UsageError) as early:
+        check_before_loading(models, GenerationOptions(num_draft_tokens=11))
+    pair = specli.load(target=str(target), draft=str(draft), device="cpu", threads=None)
+    with pytest.raises(UsageError) as loaded:
+        pair.settings(GenerationOptions(num_draft_tokens=11))
+    assert str(early.value) == str(loaded.value)
+    assert "'" + str(draft) + "' (12 tokens)" in str(loaded.value)
+    assert check_before_loading(models, GenerationOptions(num_draft_tokens=10)).num_draft_tokens == 10
+    assert pair.settings(GenerationOptions(num_draft_tokens=10)).num_draft_tokens == 10
 
 
 def test_a_longer_drafter_context_does_not_hide_a_short_one(tmp_path, tokenizer):

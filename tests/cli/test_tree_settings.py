@@ -167,7 +167,7 @@ def test_tree_flags_reach_the_settings(command, monkeypatch):
     assert isinstance(result.exception, Stop), result.output
     (options,) = seen
     assert (options.tree, options.tree_width) == (12, 3)
-    assert (resolve_settings(**options.overrides()).tree, options.overrides()["tree_width"]) == (12, 3)
+    assert (resolve_settings(None, options).tree, options.given()["tree_width"]) == (12, 3)
 
 
 @pytest.mark.parametrize("command", ["generate", "bench", "serve"])
