@@ -14,7 +14,7 @@ import torch
 
 from specli.engine.drafter import Drafter, Drafts, Proposal
 from specli.engine.sampling import SamplingConfig, ranking_distribution
-from specli.engine.tree import TreeGrowth, frontier_inputs, grow_tree
+from specli.engine.tree import TreeGrowth, frontier_inputs, grow
 from specli.errors import UsageError
 from specli.models.cached_lm import CachedLM, check_sliding_rollback
 from specli.models.sources import (  # config keys naming a parallel drafter's mask token and its k
@@ -143,7 +143,7 @@ class DraftModelDrafter(Drafter):
         if self.mask_token is not None:
             return self._propose_parallel(k, sampling, generator, cut)
         if nodes:
-            return self._propose_tree(k, sampling, nodes)
+            return self._propose_tree(k, sampling, nodes, generator)
         drafts = Drafts(sampling, generator, self.p_min, cut)
         inp = torch.tensor(self._pending)
         for i in range(k):
@@ -174,11 +174,14 @@ class DraftModelDrafter(Drafter):
         self._drafted = proposal.ids  # [k']
         return proposal
 
-    def _propose_tree(self, k: int, sampling: SamplingConfig, size: int) -> Proposal:
-        """A token tree of depth <= k (EAGLE-2's growth, `grow_tree`): pending runs as usual, then each
-        depth ONE forward over the frontier nodes, each at position (pending's + depth) and seeing the
-        committed context and its own ancestors, which earlier depths left in the cache. Every tree
-        position is rewound before returning: the cache holds committed tokens only."""
+    def _propose_tree(
+        self, k: int, sampling: SamplingConfig, size: int, generator: torch.Generator | None
+    ) -> Proposal:
+        """A token tree of depth <= k (EAGLE-2's growth, `grow`: the top tokens, or under sampling
+        children drawn from q): pending runs as usual, then each depth ONE forward over the frontier
+        nodes, each at position (pending's + depth) and seeing the committed context and its own
+        ancestors, which earlier depths left in the cache. Every tree position is rewound before
+        returning: the cache holds committed tokens only."""
         length = self.lm.cache_length(self._cache) + len(self._pending)  # with pending, once fed
         first = self._align(self.lm.forward(torch.tensor(self._pending), self._cache, last_only=True)[-1])
         self._pending, self._fed = [], 0  # pending is in the cache now; no draft is
@@ -191,10 +194,12 @@ class DraftModelDrafter(Drafter):
             return ranking_distribution(self._align(logits), sampling)  # [w, V]
 
         first = ranking_distribution(first, sampling)
-        tokens, parents, probs = grow_tree(first, expand, k, self.tree_width, size)
+        tokens, parents, probs, q = grow(
+            first, expand, k, self.tree_width, size, generator, drawn=not sampling.greedy
+        )
         self.lm.rewind(self._cache, len(slots))
         self._drafted = torch.tensor(tokens, dtype=torch.long)
-        return Proposal(self._drafted, parents=parents, probs=probs, info={"tree": len(tokens)})
+        return Proposal(self._drafted, q, parents=parents, probs=probs, info={"tree": len(tokens)})
 
     def commit_tree(self, path: list[int], token: int) -> None:
         """The kept path's tokens and `token` become pending: the tree left nothing in the cache."""

@@ -28,7 +28,7 @@ import torch
 
 from specli.engine.drafter import Drafter, Drafts, Proposal
 from specli.engine.sampling import SamplingConfig, ranking_distribution
-from specli.engine.tree import TreeGrowth, frontier_inputs, grow_tree
+from specli.engine.tree import TreeGrowth, frontier_inputs, grow
 from specli.errors import UsageError
 from specli.models.eagle_head import EagleHead, HeadCache
 from specli.models.own_forward.core import LeanKV
@@ -173,7 +173,7 @@ class EagleDrafter(Drafter):
             return self._propose_parallel(states[m - 1 :], sampling, generator)
         state = states[-1:]  # [1, H]
         if nodes:
-            return self._propose_tree(state, k, sampling, nodes)
+            return self._propose_tree(state, k, sampling, nodes, generator)
         drafts = Drafts(sampling, generator, self.p_min)
         for i in range(k):
             token = drafts.take(self._target_logits(head.draft_logits(state, self._target_head)[-1]))
@@ -196,8 +196,16 @@ class EagleDrafter(Drafter):
         )
         return self._info
 
-    def _propose_tree(self, root: torch.Tensor, k: int, sampling: SamplingConfig, size: int) -> Proposal:
-        """A token tree of depth <= k grown from the root state [1, H] (EAGLE-2): each depth ONE head step
+    def _propose_tree(
+        self,
+        root: torch.Tensor,
+        k: int,
+        sampling: SamplingConfig,
+        size: int,
+        generator: torch.Generator | None,
+    ) -> Proposal:
+        """A token tree of depth <= k grown from the root state [1, H] (EAGLE-2's growth, `grow`: the top
+        tokens, or under sampling children drawn from q): each depth ONE head step
         over the frontier, node x entering as (embedding of x, the state that drafted x) at position
         (true length + depth - 1), seeing the true positions and its own ancestors' slots. The tree's
         slots are cut at commit (the cache keeps true positions only)."""
@@ -215,12 +223,13 @@ class EagleDrafter(Drafter):
                 state_of[node] = states[row : row + 1]
             return self._distribution(states, sampling)  # [w, V]
 
-        tokens, parents, probs = grow_tree(
-            self._distribution(root, sampling)[0], expand, k, self.tree_width, size
+        first = self._distribution(root, sampling)[0]
+        tokens, parents, probs, q = grow(
+            first, expand, k, self.tree_width, size, generator, drawn=not sampling.greedy
         )
         self._drafted = tokens
         info = self._described(tree=len(tokens))
-        return Proposal(torch.tensor(tokens, dtype=torch.long), info=info, parents=parents, probs=probs)
+        return Proposal(torch.tensor(tokens, dtype=torch.long), q, info, parents=parents, probs=probs)
 
     def _propose_parallel(
         self, states: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator | None

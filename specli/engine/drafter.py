@@ -43,7 +43,10 @@ class Proposal:
     def is_tree(self) -> bool:
         """A token tree (docs/design.md §14): ids [N] in node order, `parents` [N] (-1: the pending
         token), `probs` [N] each token's probability under the drafter given its parent; siblings
-        distinct and most likely first. Its children were chosen deterministically, so q is None."""
+        distinct. Children chosen deterministically (the drafter's top tokens, most likely first): q is
+        None. Children DRAWN without replacement from the drafter's distributions (sampling; SpecInfer's
+        form): q [N+1, V] holds them, row 0 the pending token's and row i + 1 node i's, each row's
+        children in draw order; such a tree is verified whole (no node may be dropped by its token)."""
         return self.parents is not None
 
     @classmethod

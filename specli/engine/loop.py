@@ -93,7 +93,11 @@ def generate_rounds(
         target.synchronize()
         t1 = perf_counter()  # verify: one target forward over [pending, d_1..d_k]
         if proposal.is_tree and drafter is not None and length is not None:
-            nodes = length.choose_nodes(proposal.parents, proposal.probs, t1 - t0)
+            nodes = (  # drawn children are verified whole: pruning by their tokens would bias them
+                length.choose_nodes(proposal.parents, proposal.probs, t1 - t0)
+                if proposal.q is None
+                else list(range(len(proposal.parents)))
+            )
             verdict = _verify_tree(target, drafter, proposal, nodes, pending, cache, config, generator)
             depth = verdict.tree.depth if verdict.tree is not None else 0
         else:
@@ -171,6 +175,7 @@ def _verify_tree(
     device = target.output_device
     parents = subtree(proposal.parents, nodes)  # [N] over the chosen nodes
     ids = proposal.ids[nodes].to(device)  # [N]
+    q = proposal.q[[0] + [i + 1 for i in nodes]] if proposal.q is not None else None  # [N+1, V] | None
     probs = [proposal.probs[i] for i in nodes] if proposal.probs is not None else None
     length = target.cache_length(cache)
     n = len(nodes) + 1
@@ -183,7 +188,7 @@ def _verify_tree(
         visible,
         drafter.feature_layers,
     )  # [N+1, V], [N+1, F] | None
-    verdict = verify_tree(ids, parents, logits, config.sampling, generator, probs, config.record_top)
+    verdict = verify_tree(ids, parents, logits, config.sampling, generator, probs, config.record_top, q)
     path = verdict.tree.path if verdict.tree is not None else []
     rows = [0] + [i + 1 for i in path]  # the root and the accepted path
     if features is not None:

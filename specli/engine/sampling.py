@@ -61,6 +61,22 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tens
     return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
 
 
+def sample_distinct(
+    probs: torch.Tensor, n: int, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw n distinct tokens per row of probs [..., V] without replacement, in draw order -> (ids [..., n]
+    long, drawn [..., n] bool: False past the row's support, where fewer than n tokens have probability).
+
+    Gumbel-top-k: the n largest log p + Gumbel noise are distributed as n sequential draws, each from p
+    with the earlier draws removed and renormalised, so draw j given draws 1..j-1 is exactly that
+    distribution (what a sampled-children tree's verification divides by)."""
+    uniform = torch.rand(probs.shape, generator=generator, device=probs.device, dtype=torch.float32)
+    gumbel = -torch.log(-torch.log(uniform.clamp(1e-20, 1.0 - 1e-7)))
+    keys = torch.where(probs > 0, probs.float().log() + gumbel, -torch.inf)  # [..., V]
+    values, ids = keys.topk(min(n, probs.shape[-1]), -1)  # [..., n]
+    return ids, values > -torch.inf
+
+
 def choose(
     logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator | None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:

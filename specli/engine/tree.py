@@ -208,6 +208,88 @@ def grow_tree(
     return [growth.tokens[i] for i in keep], subtree(growth.parents, keep), [growth.probs[i] for i in keep]
 
 
+def grow(
+    first: torch.Tensor,
+    expand: Callable[[list[int], TreeGrowth], torch.Tensor],
+    depth: int,
+    width: int,
+    size: int,
+    generator: torch.Generator | None,
+    *,
+    drawn: bool,
+) -> tuple[list[int], list[int], list[float], torch.Tensor | None]:
+    """A drafter's token tree -> (tokens, parents, probs, q): under sampling (`drawn`) children drawn from
+    its distributions (`grow_sampled_tree`, q [N+1, V]), else its top tokens (`grow_tree`, q None)."""
+    if drawn:
+        return grow_sampled_tree(first, expand, depth, width, size, generator)
+    return (*grow_tree(first, expand, depth, width, size), None)
+
+
+def grow_sampled_tree(
+    first: torch.Tensor,
+    expand: Callable[[list[int], TreeGrowth], torch.Tensor],
+    depth: int,
+    width: int,
+    size: int,
+    generator: torch.Generator | None,
+) -> tuple[list[int], list[int], list[float], torch.Tensor]:
+    """A tree whose children are DRAWN from the drafter's distributions (SpecInfer's form, for sampling;
+    `verify_tree_sampled` judges it) -> (tokens, parents, probs, q [N+1, V]: row 0 the distribution the
+    root's children were drawn from, row i + 1 node i's; zeros for a node never expanded).
+
+    Each expanded node gets up to `width` distinct children drawn without replacement from its q
+    (`sample_distinct`), kept in draw order. Depth by depth the `width` newest nodes of highest path
+    probability are expanded, and the tree is the first `size` nodes in the order they were made.
+
+    What keeps it lossless: no node is kept or dropped by its own token. Which nodes a depth expands may
+    depend on their tokens (that only decides whether they get children), and the cut to `size` nodes
+    follows creation order, which depends on earlier nodes only; so each node's children are a prefix of
+    its draws, as many as its ancestors and earlier siblings decided. No ranking of the drawn nodes (the
+    cost model's `choose_nodes`) may prune such a tree."""
+    import torch
+
+    from specli.engine.sampling import sample_distinct
+
+    growth = TreeGrowth()
+    rows: dict[int, torch.Tensor] = {ROOT: first.float()}
+    growth.newest = _add_drawn(growth, ROOT, first.float(), width, generator)
+    for _ in range(1, depth):
+        room = size - len(growth.tokens)
+        frontier = growth.frontier(width)[: -(-room // width)] if room > 0 else []
+        if not frontier:
+            break
+        probs = expand(frontier, growth).float()  # [w, V]
+        ids, drawn = sample_distinct(probs, width, generator)  # [w, width]
+        taken = probs.gather(-1, ids)  # [w, width]
+        host = torch.stack([ids.to(probs.dtype), taken, drawn.to(probs.dtype)]).tolist()
+        newest = []
+        for row, parent in enumerate(frontier):
+            rows[parent] = probs[row]
+            kept = [(int(i), q) for i, q, ok in zip(*(host[j][row] for j in range(3)), strict=True) if ok]
+            newest += growth.add_children(parent, [i for i, _ in kept], [q for _, q in kept])
+        growth.newest = newest
+    n = min(size, len(growth.tokens))
+    q = first.new_zeros(n + 1, first.shape[-1], dtype=torch.float32)  # [N+1, V]
+    for node, dist in rows.items():
+        if node < n:
+            q[node + 1] = dist
+    return growth.tokens[:n], growth.parents[:n], growth.probs[:n], q
+
+
+def _add_drawn(
+    growth: TreeGrowth, parent: int, probs: torch.Tensor, width: int, generator: torch.Generator | None
+) -> list[int]:
+    """Add up to `width` children of `parent` drawn without replacement from probs [V] -> their nodes."""
+    import torch
+
+    from specli.engine.sampling import sample_distinct
+
+    ids, drawn = sample_distinct(probs, width, generator)  # [width]
+    host = torch.stack([ids.to(probs.dtype), probs[ids], drawn.to(probs.dtype)]).tolist()
+    kept = [(int(i), q) for i, q, ok in zip(*host, strict=True) if ok]
+    return growth.add_children(parent, [i for i, _ in kept], [q for _, q in kept])
+
+
 def _add_top(growth: TreeGrowth, parent: int, values: list[float], ids: list[int]) -> list[int]:
     """Add the children of positive probability (values descending) -> their node numbers."""
     kept = [(v, i) for v, i in zip(values, ids, strict=True) if v > 0]
@@ -223,7 +305,9 @@ class TreeRecord:
     under the drafter given its parent (1.0 for a deterministic choice). target_probs: the target's
     probability of each token at its parent (filled when sampling or when the engine records; else
     empty). status: "accepted" (on the kept path), "rejected" (judged and refused) or "unjudged" (under
-    a refused node). path: the accepted nodes, root to leaf.
+    a refused node). path: the accepted nodes, root to leaf. tried_p / tried_q (children drawn from
+    q only, else empty): p' and q' of each node's token at its try, the renormalised residuals of the
+    multi-candidate rule (its acceptance probability was min(1, p'/q')).
     """
 
     tokens: list[int]
@@ -232,6 +316,13 @@ class TreeRecord:
     target_probs: list[float]
     status: list[str]
     path: list[int]
+    tried_p: list[float] = field(default_factory=list)
+    tried_q: list[float] = field(default_factory=list)
+
+    @property
+    def sampled(self) -> bool:
+        """Whether the children were drawn from the drafter's q (judged by the multi-candidate rule)."""
+        return bool(self.tried_q)
 
     @property
     def size(self) -> int:

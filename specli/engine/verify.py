@@ -350,14 +350,119 @@ def verify_tree_sampling(
     )
 
 
-def tree_token_distribution(verdict: Verdict, p: torch.Tensor) -> torch.Tensor:
-    """The distribution a tree verdict's token was drawn from -> [V]: the last row's p without the
-    children tried there, renormalised (p itself at a leaf). p [N+1, V] as in verify_tree_sampling."""
+def verify_tree_sampled(
+    tokens: torch.Tensor,
+    parents: Sequence[int],
+    p: torch.Tensor,
+    q: torch.Tensor,
+    generator: torch.Generator | None,
+    draft_probs: Sequence[float] | None = None,
+) -> Verdict:
+    """Lossless verification of a tree whose children were DRAWN: at each row, its children c_1, c_2, ..
+    in draw order, without replacement, from the drafter's q at that row (`grow_sampled_tree`).
+    tokens [N], parents [N], p [N+1, V] the target's processed distribution at each row, q [N+1, V] the
+    distribution each row's children were drawn from -> the accepted path and the added token.
+
+    Rule (SpecInfer's multi-candidate speculative sampling, in its without-replacement form, "recursive
+    rejection sampling"): at a row start with p' = p and q' = q; try c_j: accept with probability
+    min(1, p'(c_j) / q'(c_j)); after a refusal set p' = normalize(max(0, p' - q')) (p' itself if that
+    is all zero through rounding) and q' = q' without c_j, renormalised; when every child is refused,
+    draw the correction from the last p' (at a leaf p' = p: the bonus). Accepting descends into the
+    child's row and repeats.
+
+    Derivation. Each try is one step of rejection sampling (Leviathan et al.): a token x drawn from q'
+    and kept with probability min(1, p'/q'), else a token drawn from the residual r = normalize(max(0,
+    p' - q')), comes out distributed as p', whatever distribution r's token is then drawn by. Here r's
+    token is drawn by the next try, whose target is r and whose proposal is q' without c_j: given the
+    earlier draws, c_{j+1} is exactly a draw from that distribution (sampling without replacement), so
+    the next try is again a valid step, now for r, and by induction the last row's draw from the last
+    p' closes it. So every row emits one token distributed as its p; an accepted child's row holds the
+    target's distribution given it, and the committed run is distributed as the target's own samples.
+    (A refused c_j has p'(c_j) < q'(c_j), so r(c_j) = 0: leaving c_j out of later proposals loses
+    nothing.) q' must be the distribution c_j was really drawn from; dividing by the unrenormalised q,
+    or keeping p' after a refusal, biases the output (the G-tests' controls). One host sync: every
+    row's ratios, uniforms and final correction are computed before the walk, child rank by rank.
+    The record keeps each node's p' and q' at its try (`TreeRecord.tried_p` / `tried_q`) beside p and
+    q given its parent (draft_probs: the drafter's, as proposed).
+    """
+    n = tokens.shape[0]
+    device = p.device
+    tokens = tokens.to(device)
+    kids = children(parents)
+    ratio = p.new_zeros(n)  # [N] min(1, p'/q') of each node at its try
+    target_now = p.new_zeros(n)  # [N] p'(c) at its try
+    draft_now = p.new_zeros(n)  # [N] q'(c) at its try
+    p_row, q_row = p.clone(), q.to(device=device, dtype=p.dtype).clone()  # [N+1, V] p', q' per row
+    for rank in range(max((len(k) for k in kids), default=0)):
+        rows = [row for row, kid in enumerate(kids) if len(kid) > rank]
+        nodes = torch.tensor([kids[row][rank] for row in rows], device=device)
+        at = torch.tensor(rows, device=device)
+        c = tokens[nodes]
+        p_c, q_c = p_row[at, c], q_row[at, c]
+        ratio[nodes], target_now[nodes], draft_now[nodes] = acceptance_probabilities(p_c, q_c), p_c, q_c
+        p_row[at] = residual_distribution(p_row[at], q_row[at])  # what a refusal leaves
+        q_rest = q_row[at].index_put((torch.arange(len(rows), device=device), c), p.new_zeros(len(rows)))
+        total = q_rest.sum(-1, keepdim=True)
+        q_row[at] = q_rest / total.clamp_min(torch.finfo(p.dtype).tiny)
+    corrections = sample(p_row, generator)  # [N+1] each row's draw once all its children are refused
+    uniforms = torch.rand(n, generator=generator, device=device, dtype=p.dtype)  # [N]
+    p_node = p[torch.tensor([parent - ROOT for parent in parents], device=device), tokens] if n else ratio
+    host = torch.cat(
+        [ratio, uniforms, corrections.to(p.dtype), tokens.to(p.dtype), target_now, draft_now, p_node]
+    ).tolist()
+    accept, u_list = host[:n], host[n : 2 * n]
+    correction_list = [int(x) for x in host[2 * n : 3 * n + 1]]
+    toks = [int(x) for x in host[3 * n + 1 : 4 * n + 1]]
+    status = ["unjudged"] * n
+    path: list[int] = []
+    row = 0
+    while True:
+        matched = None
+        for child in kids[row]:
+            if u_list[child] < accept[child]:
+                matched = child
+                status[child] = "accepted"
+                break
+            status[child] = "rejected"
+        if matched is None:
+            token = correction_list[row]
+            break
+        path.append(matched)
+        row = matched + 1
+    verdict = _tree_verdict(
+        toks,
+        parents,
+        path,
+        token,
+        status,
+        accept,
+        draft_probs if draft_probs is not None else host[5 * n + 1 : 6 * n + 1],
+        host[6 * n + 1 :],
+        u_list,
+    )
+    assert verdict.tree is not None
+    tried = replace(verdict.tree, tried_p=host[4 * n + 1 : 5 * n + 1], tried_q=host[5 * n + 1 : 6 * n + 1])
+    return replace(verdict, tree=tried)
+
+
+def tree_token_distribution(verdict: Verdict, p: torch.Tensor, q: torch.Tensor | None = None) -> torch.Tensor:
+    """The distribution a tree verdict's token was drawn from -> [V]: the last row's p after every child
+    tried there was refused (p itself at a leaf). Children chosen deterministically (q None): p without
+    them, renormalised; children drawn from q [N+1, V]: the residuals of verify_tree_sampled, child by
+    child. p [N+1, V] as in verify_tree_sampling."""
     tree = verdict.tree
     assert tree is not None
     row = tree.path[-1] + 1 if tree.path else 0
-    dist = p[row].clone()
     tried = [tree.tokens[i] for i, parent in enumerate(tree.parents) if parent + 1 == row]
+    if q is not None:
+        dist, q_now = p[row], q[row].to(p)
+        for token in tried:
+            dist = residual_distribution(dist, q_now)
+            q_now = q_now.clone()
+            q_now[token] = 0.0
+            q_now = q_now / q_now.sum().clamp_min(torch.finfo(p.dtype).tiny)
+        return dist
+    dist = p[row].clone()
     if tried:
         dist[torch.tensor(tried, device=dist.device)] = 0.0
     total = dist.sum()
@@ -372,11 +477,14 @@ def verify_tree(
     generator: torch.Generator | None,
     draft_probs: Sequence[float] | None = None,
     record_top: int = 0,
+    q: torch.Tensor | None = None,
 ) -> Verdict:
     """One tree round's verification: the target's logits [N+1, V] (row 0 the root) judge tokens [N]
-    under parents [N]. Greedy settings follow the argmax (verify_tree_greedy), sampling the
-    renormalising rule (verify_tree_sampling), with p processed as the chain's. record_top > 0 fills
-    `Verdict.token_source` as `verify` does, and (greedy) each node's target probability."""
+    under parents [N]. Greedy settings follow the argmax (verify_tree_greedy); sampling, the
+    renormalising rule for children chosen deterministically (verify_tree_sampling, q None) or the
+    multi-candidate rule for children drawn from q [N+1, V] (verify_tree_sampled), with p processed as
+    the chain's. record_top > 0 fills `Verdict.token_source` as `verify` does, and (greedy) each node's
+    target probability."""
     if sampling.greedy:
         probs = logits.float().softmax(-1) if record_top else None  # [N+1, V]
         node_p = None
@@ -390,10 +498,13 @@ def verify_tree(
         source = probs[row]
     else:
         p = process_logits(logits, sampling)  # [N+1, V]
-        verdict = verify_tree_sampling(tokens, parents, p, generator, draft_probs)
+        if q is not None:
+            verdict = verify_tree_sampled(tokens, parents, p, q, generator, draft_probs)
+        else:
+            verdict = verify_tree_sampling(tokens, parents, p, generator, draft_probs)
         if not record_top:
             return verdict
-        source = tree_token_distribution(verdict, p)
+        source = tree_token_distribution(verdict, p, q)
     top = _top(source, record_top)
     if all(t != verdict.token for t, _ in top):
         top.append((verdict.token, float(source[verdict.token])))

@@ -214,6 +214,8 @@ class ExplainView:
         label.append(f"  q {prob(tree.draft_probs[node])}")
         if judged and tree.target_probs:
             label.append(f"  p {prob(tree.target_probs[node])}")
+        if judged and tree.sampled and node < len(tree.tried_q):  # the multi-candidate rule's stage
+            label.append(f"  q′ {prob(tree.tried_q[node])}  p′ {prob(tree.tried_p[node])}")
         i = at[node]  # the node's place in the round's drafted order (accept_probs, uniforms)
         if judged and not self.greedy and i < len(r.accept_probs) and i < len(r.uniforms):
             label.append(f"  accept {prob(r.accept_probs[i])}  u {prob(r.uniforms[i])}")
@@ -253,6 +255,14 @@ class ExplainView:
                 if r.token_source:
                     out.append(f" (the target's top entries there: {self._top(r)})")
                 out.append(".\nCorrection (the argmax): ")
+            elif tree.sampled:
+                out.append(
+                    f"Every child of {where} was refused ({count(tried, 'child', 'children')} drawn from q "
+                    "without replacement, tried in draw order, each accepted with probability "
+                    "min(1, p′(x)/q′(x)): p′ what the refusals before it left of the target's distribution, "
+                    "normalize(max(0, p′ − q′)) after each, q′ the drafter's without the children drawn "
+                    "before it). The correction is drawn from the last p′"
+                )
             else:
                 out.append(
                     f"Every child of {where} was refused ({count(tried, 'child', 'children')} tried in "

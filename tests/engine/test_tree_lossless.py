@@ -1,6 +1,8 @@
-"""Sampling through token trees is lossless (issue 32): the joint distribution of the first tokens equals
-the target's when a drafter proposes trees of width 2 and 3, by a G-test against the distribution
-enumerated with transformers' warpers, and the same test catches a biased tree rule (the control)."""
+"""Sampling through token trees is lossless (issues 32, 41): the joint distribution of the first tokens
+equals the target's when a drafter proposes trees of width 2 and 3, with children drawn from its q (the
+multi-candidate rule, what drafters do under sampling) and with children chosen as its top tokens (the
+renormalising rule, lookup's), by a G-test against the distribution enumerated with transformers'
+warpers; the same test catches a biased rule of each kind (the controls)."""
 
 from __future__ import annotations
 
@@ -18,13 +20,20 @@ from test_lossless_sampling import (
     g_test_pvalue,
 )
 
+import specli.drafters.draft_model as draft_module
 import specli.engine.verify as verify_module
 from specli.drafters.draft_model import DraftModelDrafter
 from specli.engine.loop import EngineConfig, generate_rounds
 from specli.engine.sampling import SamplingConfig, sample
 from specli.engine.stopping import StopCriteria
-from specli.engine.tree import children
-from specli.engine.verify import Verdict, _tree_verdict, verify_tree_sampling
+from specli.engine.tree import children, grow
+from specli.engine.verify import (
+    Verdict,
+    _tree_verdict,
+    acceptance_probabilities,
+    verify_tree_sampled,
+    verify_tree_sampling,
+)
 from specli.models.cached_lm import CachedLM
 
 RUNS = 2500
@@ -34,6 +43,19 @@ RUNS_DEEP = 1500
 @pytest.fixture(scope="module")
 def models():
     return disagreeing_models()
+
+
+@pytest.fixture(params=["drawn", "top"])
+def kind(request, monkeypatch):
+    """Which children the draft model's trees get under sampling: drawn from q (its own behaviour) or
+    its top tokens (the deterministic form, which lookup's trees take), forced through `grow`."""
+    if request.param == "top":
+
+        def top_children(*args, **kwargs):
+            return grow(*args, **{**kwargs, "drawn": False})
+
+        monkeypatch.setattr(draft_module, "grow", top_children)
+    return request.param
 
 
 def tree_counts(target, draft, cfg: SamplingConfig, width: int, size: int, tokens: int, runs: int):
@@ -51,6 +73,8 @@ def tree_counts(target, draft, cfg: SamplingConfig, width: int, size: int, token
         rounds = list(generate_rounds(lm, drafter, PROMPT, config, StopCriteria(set())))
         first = rounds[0].tree
         assert first is not None and first.size > 1
+        if verify_module.verify_tree_sampled is verify_tree_sampled:  # not a control: which rule judged it
+            assert first.sampled == (grow is draft_module.grow)
         root_children = [i for i, parent in enumerate(first.parents) if parent == -1]
         kept[root_children.index(first.path[0]) if first.path else -1] += 1
         out = [t for r in rounds for t in r.committed]
@@ -59,7 +83,7 @@ def tree_counts(target, draft, cfg: SamplingConfig, width: int, size: int, token
 
 
 @pytest.mark.parametrize("width", [2, 3])
-def test_first_two_tokens_follow_the_target_through_trees(models, width):
+def test_first_two_tokens_follow_the_target_through_trees(models, width, kind):
     """max_new_tokens 2: the first round's tree is the root's `width` children (depth 1), so the
     multi-child rule decides the first token, and its row's distribution the second."""
     target, draft = models
@@ -70,7 +94,7 @@ def test_first_two_tokens_follow_the_target_through_trees(models, width):
 
 
 @pytest.mark.parametrize("width", [2, 3])
-def test_first_three_tokens_follow_the_target_through_deeper_trees(models, width):
+def test_first_three_tokens_follow_the_target_through_deeper_trees(models, width, kind):
     """max_new_tokens 3: the first round's tree has depth 2 (width x width grandchildren, 6 nodes kept),
     so an accepted second child's own children are judged at its row."""
     target, draft = models
@@ -118,8 +142,52 @@ def biased_tree_sampling(
 
 def test_control_a_tree_rule_without_renormalising_fails_the_same_test(models, monkeypatch):
     target, draft = models
+    monkeypatch.setattr(draft_module, "grow", lambda *a, **k: grow(*a, **{**k, "drawn": False}))
     cfg = CONFIGS["temperature 1"]
     assert verify_module.verify_tree_sampling is verify_tree_sampling
     monkeypatch.setattr(verify_module, "verify_tree_sampling", biased_tree_sampling)
+    observed, _ = tree_counts(target, draft, cfg, width=3, size=3, tokens=2, runs=RUNS)
+    assert g_test_pvalue(observed, exact_joint(target, cfg)) < 1e-6
+
+
+def sampled_without_residuals(
+    tokens: torch.Tensor,
+    parents: Sequence[int],
+    p: torch.Tensor,
+    q: torch.Tensor,
+    generator: torch.Generator | None,
+    draft_probs: Sequence[float] | None = None,
+) -> Verdict:
+    """The control: drawn children each accepted with min(1, p/q) against the row's ORIGINAL p and q
+    (no residual after a refusal, no renormalised q'), the correction from the residual of p and q;
+    the naive multi-draft rule, which over-emits tokens two draws propose."""
+    n = tokens.shape[0]
+    toks = tokens.tolist()
+    kids = children(parents)
+    status, path, row = ["unjudged"] * n, [], 0
+    while True:
+        matched = None
+        for child in kids[row]:
+            c = toks[child]
+            ratio = float(acceptance_probabilities(p[row, c : c + 1], q[row, c : c + 1].to(p)))
+            if float(torch.rand((), generator=generator)) < ratio:
+                matched = child
+                status[child] = "accepted"
+                break
+            status[child] = "rejected"
+        if matched is None:
+            token = int(sample(verify_module.residual_distribution(p[row], q[row].to(p)), generator))
+            break
+        path.append(matched)
+        row = matched + 1
+    return _tree_verdict(toks, parents, path, token, status, [0.0] * n, draft_probs or [1.0] * n, [], [])
+
+
+def test_control_drawn_children_without_residuals_fail_the_same_test(models, monkeypatch):
+    """Catches a multi-candidate rule that forgets the residual: the test above must fail for it."""
+    target, draft = models
+    cfg = CONFIGS["temperature 1"]
+    assert verify_module.verify_tree_sampled is verify_tree_sampled
+    monkeypatch.setattr(verify_module, "verify_tree_sampled", sampled_without_residuals)
     observed, _ = tree_counts(target, draft, cfg, width=3, size=3, tokens=2, runs=RUNS)
     assert g_test_pvalue(observed, exact_joint(target, cfg)) < 1e-6

@@ -5,6 +5,7 @@ rounds look as they always did. Rounds are built by hand, as the engine records 
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 import pytest
@@ -299,3 +300,21 @@ def test_engine_tree_rounds_draw_every_node_once(pair, temperature):
         assert not any(span.style == KIND_STYLES[TokenKind.REJECTED] for span in live.body().spans)
     live.finish()
     assert live.text.plain == visible("".join(r.text for r in rounds))  # committed text, nothing else
+
+
+def test_explain_drawn_children_show_each_try_and_the_residual_rule(tokenizer, ids):
+    """A tree whose children were drawn from q (TreeRecord.tried_q): each judged node shows q′ and p′ at
+    its try beside q, p, the acceptance min(1, p′/q′) and its draw; the outcome names the residual rule.
+    Catches the view dropping the try's numbers or naming the deterministic rule for a drawn tree."""
+    label = [token_label(tokenizer, t) for t in ids]
+    tried_q = [0.4, 0.3, 0.2, 0.6, 0.0, 0.1, 0.9]
+    tried_p = [0.5, 0.2, 0.1, 0.12, 0.0, 0.3, 0.05]
+    base = correction_round(ids, greedy=False)
+    assert base.tree is not None
+    drawn = dataclasses.replace(base, tree=dataclasses.replace(base.tree, tried_p=tried_p, tried_q=tried_q))
+    text = text_of(ExplainView(tokenizer, "draft", 3, greedy=False).panel(drawn))
+    assert line_with(text, f"✗ {label[3]}  q {prob(Q[3])}  p {prob(P[3])}  q′ 0.600  p′ 0.120  accept 0.200")
+    assert "q′" not in line_with(text, f"· {label[4]}")[1]  # never tried: no stage numbers
+    assert "drawn from q without replacement" in text and "min(1, p′(x)/q′(x))" in text
+    plain = text_of(ExplainView(tokenizer, "draft", 3, greedy=False).panel(base))
+    assert "q′" not in plain and "without replacement" not in plain
