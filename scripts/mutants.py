@@ -111,6 +111,27 @@ MUTANTS = [
         tests=["test_tree.py"],
     ),
     dict(
+        id="tree-drawn-q-frozen", area="engine/verify", lossy=True,
+        why="drawn children divided by the row's original q, never renormalised after a refused child",
+        old="q_row[at] = q_rest / total.clamp_min(torch.finfo(p.dtype).tiny)",
+        new="pass",
+        tests=["test_tree_sampled.py", "test_tree_lossless.py -k 'drawn and follow'"],
+    ),
+    dict(
+        id="tree-drawn-no-residual", area="engine/verify", lossy=True,
+        why="after a refused drawn child the next is judged against p itself, not the residual",
+        old="p_row[at] = residual_distribution(p_row[at], q_row[at])  # what a refusal leaves",
+        new="pass",
+        tests=["test_tree_sampled.py", "test_tree_lossless.py -k 'drawn and follow'"],
+    ),
+    dict(
+        id="tree-drawn-wrong-scale", area="engine/sampling", lossy=True,
+        why="children drawn by Gumbel keys on probabilities, not log-probabilities (not draws from q)",
+        old="keys = torch.where(probs > 0, probs.float().log() + gumbel, -torch.inf)",
+        new="keys = torch.where(probs > 0, probs.float() + gumbel, -torch.inf)",
+        tests=["test_tree_sampled.py", "test_tree_lossless.py -k 'drawn and follow'"],
+    ),
+    dict(
         id="stopping-eos-dropped", area="engine/stopping", lossy=True,
         why="the EOS token is cut with what follows it (transformers keeps it)",
         old="end, reason = i + 1, StopReason.EOS",
