@@ -24,6 +24,7 @@ import torch
 
 from specli.errors import UsageError
 from specli.models import engines, head_formats, loading, plan
+from specli.models.blockwise_heads import BlockwiseHeads, HeadsConfig
 from specli.models.cached_lm import CachedLM
 from specli.models.eagle_head import EagleHead
 from specli.models.layer_stack import check_architecture
@@ -325,9 +326,12 @@ def _sources(
         preset_head = spec.eagle_head if spec and not draft else None
         head_source = draft or (preset_head.model if preset_head else None)
         if head_source is None:
+            heads = needs[Model.HEAD] == Strategy.HEADS
             raise UsageError(
-                f"strategy '{needs[Model.HEAD]}' needs an EAGLE head.",
-                "Pass --draft HEAD (a folder, hub id or embedded:NAME, e.g. embedded:tiny-eagle3).",
+                f"strategy '{needs[Model.HEAD]}' needs {'blockwise heads' if heads else 'an EAGLE head'}.",
+                "Pass --draft FOLDER (heads from `specli train heads`)."
+                if heads
+                else "Pass --draft HEAD (a folder, hub id or embedded:NAME, e.g. embedded:tiny-eagle3).",
             )
         head = ModelToLoad(head_source, dtype=dtype or (preset_head.dtype if preset_head else "auto"))
         if draft:  # --draft named the head, so the preset's drafter model (not a head) is the drafter's
@@ -405,8 +409,25 @@ def _fetch_and_check(wanted: _Wanted, fetcher: _Fetcher) -> tuple[list[ModelToLo
         head = replace(head, folder=fetcher.folder(head))
         config = head_formats.read_head_config(head.folder, target_config, name=head.name)
         head_formats.check_head(config, target_config, head.name, target.name)
+        _check_head_kind(config, wanted.strategies, head.name)
         head = replace(head, config=config)
     return models, tokenizer, head
+
+
+def _check_head_kind(config: Any, strategies: Sequence[str], name: str) -> None:
+    """UsageError, one line, when a strategy drafting with a head is given the other kind: blockwise
+    heads (a HeadsConfig) are strategy heads' only, EAGLE heads strategy eagle's."""
+    blockwise = isinstance(config, HeadsConfig)
+    for strategy in strategies:
+        if entry(strategy).model == Model.HEAD and blockwise != (strategy == Strategy.HEADS):
+            if blockwise:
+                raise UsageError(
+                    f"'{name}' holds blockwise heads: use --strategy heads with it, not '{strategy}'."
+                )
+            raise UsageError(
+                f"'{name}' holds an EAGLE head: use --strategy eagle with it; strategy '{strategy}' needs "
+                "blockwise heads (--draft FOLDER, written by `specli train heads`)."
+            )
 
 
 def _load_weights(
@@ -440,8 +461,9 @@ def _model_weights(model: ModelToLoad, planned: torch.device, fetcher: _Fetcher,
     )
 
 
-def _load_head(head: ModelToLoad, target_model: Any, fetcher: _Fetcher) -> EagleHead:
-    """The EAGLE head's weights, beside the target's LM head, in the LM head's dtype unless asked."""
+def _load_head(head: ModelToLoad, target_model: Any, fetcher: _Fetcher) -> EagleHead | BlockwiseHeads:
+    """The EAGLE head's (or blockwise heads') weights, beside the target's LM head, in the LM head's dtype
+    unless asked."""
     lm_head = target_model.get_output_embeddings()
     device = CachedLM(target_model).output_device
     dtype = lm_head.weight.dtype if head.dtype == "auto" else loading.resolve_dtype(head.dtype, device)

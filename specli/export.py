@@ -319,6 +319,11 @@ def resolve_pair(
         preset = DEFAULT_PRESET
     spec = preset if isinstance(preset, Preset) or preset is None else resolve_preset(preset)
     chosen = check_strategy(strategy or (spec.strategy if spec else ("draft" if draft else "none")))
+    if chosen == Strategy.HEADS:  # before anything reads the heads folder as a drafter of another kind
+        raise UsageError(
+            "export does not write blockwise heads (strategy heads) for a serving engine yet; "
+            "`specli serve --strategy heads` serves them."
+        )
     target_spec = ModelSpec(model=target) if target else spec.target  # type: ignore[union-attr]
     t_model, t_config, t_note = locate(
         target_spec.model, dtype or target_spec.dtype, quant or target_spec.quantization

@@ -20,6 +20,7 @@ from specli.engine.loop import EngineConfig, generate_rounds, new_draft_length
 from specli.engine.stopping import StopCriteria
 from specli.errors import UsageError
 from specli.models import engines, loading
+from specli.models.blockwise_heads import BlockwiseHeads
 from specli.models.cached_lm import CachedLM, synchronize
 from specli.models.eagle_head import EagleHead
 from specli.models.layer_stack import check_layer_stack
@@ -165,7 +166,7 @@ class Pair:
         generation: GenerationSpec | None = None,
         speculation: SpeculationSpec | None = None,
         placement: Placement | None = None,
-        head: EagleHead | None = None,
+        head: EagleHead | BlockwiseHeads | None = None,
         head_name: str | None = None,
         compile: bool = False,
         lean: bool = True,
@@ -185,7 +186,7 @@ class Pair:
         self.generation = generation or GenerationSpec()
         self.speculation = speculation or SpeculationSpec()
         self.placement = placement  # set when the target is split over several GPUs
-        self.head = head  # an EAGLE head (strategy eagle), beside the target's LM head
+        self.head = head  # an EAGLE head (strategy eagle) or blockwise heads (heads), beside the LM head
         self.head_name = head_name
         self.compile = compile  # static caches + torch.compile (docs/design.md §12)
         self.later: LoadsLater | None = None  # set by `load`: the preset's drafter or head, on first use
@@ -305,13 +306,17 @@ class Pair:
             return self.head
         return None
 
-    def attach(self, name: str, *, draft_model: Any = None, head: EagleHead | None = None) -> None:
+    def attach(
+        self, name: str, *, draft_model: Any = None, head: EagleHead | BlockwiseHeads | None = None
+    ) -> None:
         """Add a drafter model or an EAGLE head (exactly one; it replaces the pair's own) to the loaded
         pair: strategy 'draft' or 'eagle' then runs with it. The caller loaded and checked it as `load`
         does (its tokenizer, the head's shapes, the memory); `attach` only wires it in."""
         if (draft_model is None) == (head is None):
             raise TypeError("attach takes exactly one of draft_model and head")
         strategy = Strategy.EAGLE if head is not None else Strategy.DRAFT
+        if isinstance(head, BlockwiseHeads):
+            strategy = Strategy.HEADS
         self._draft_lengths = {key: n for key, n in self._draft_lengths.items() if key[0] != strategy}
         if head is not None:  # what was learned of the replaced drafter's acceptance goes with it
             self._lean_steps.pop(id(self.head), None)  # a step built for the head it replaces
@@ -394,6 +399,8 @@ class Pair:
             return None, "lean steps are off"
         if isinstance(model, LlamaModel):
             return None, "llama.cpp evaluates it"
+        if isinstance(model, BlockwiseHeads):
+            return None, "blockwise heads run one pass of their blocks, no forward of their own"
         if id(model) not in self._lean_steps:  # a head is specli's own module: no probe needed
             built = (LeanHead(model), None) if isinstance(model, EagleHead) else LeanDecoder.build(model)
             self._lean_steps[id(model)] = built
@@ -402,10 +409,10 @@ class Pair:
     def drafter_step(self, strategy: str | None = None) -> str | None:
         """How `strategy`'s drafter steps (default: the pair's own): "lean" (specli's own forward),
         "compiled", or "transformers (why)" (the model's forward); None for strategies without a drafter
-        model or head."""
+        model or head, and for blockwise heads (one pass of their blocks a round, no steps)."""
         kind = entry(strategy or self.strategy).model
         model = self._weights(kind)
-        if model is None:
+        if model is None or isinstance(model, BlockwiseHeads):
             return None
         lean, why = self.lean_step(model)
         if lean is not None:

@@ -31,15 +31,15 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from specli.errors import PresetError
+from specli.errors import PresetError, UsageError
 from specli.strategies import (
     LOOKUP_NGRAM_MAX,
     Model,
     Strategy,
+    check_strategy,
     choices,
     either,
     entry,
-    strategy_names,
     tree_strategies,
 )
 
@@ -159,9 +159,11 @@ class Preset(_Spec):
     @classmethod
     def _known_strategy(cls, value: str) -> str:
         """A name in the strategy table; else pydantic's own words for a choice ("Input should be ...")."""
-        if value not in strategy_names():
-            raise PydanticCustomError("strategy", "Input should be {choices}", {"choices": choices()})
-        return value  # pydantic gives a plain str, even for a Strategy member
+        try:
+            return check_strategy(value)  # a plain str, even for a Strategy member; an alias as its name
+        except UsageError:
+            choice = {"choices": choices()}
+            raise PydanticCustomError("strategy", "Input should be {choices}", choice) from None
 
     @model_validator(mode="after")
     def _draft_needs_model(self) -> Preset:

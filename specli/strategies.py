@@ -30,6 +30,7 @@ class Strategy(str, Enum):
     LOOKUP = "lookup"
     SELF = "self"
     EAGLE = "eagle"
+    HEADS = "heads"
 
     def __str__(self) -> str:  # and so format(): f"{Strategy.DRAFT}" is "draft", not "Strategy.DRAFT"
         return self.value
@@ -39,7 +40,9 @@ class Model(str, Enum):
     """The weights a strategy drafts with, beside the target's."""
 
     DRAFT = "drafter model"  # a small model sharing the target's tokenizer (load's `draft=`)
-    HEAD = "EAGLE head"  # an EAGLE head reading the target's hidden states (load's `draft=` with eagle)
+    # an EAGLE head (or blockwise heads) reading the target's hidden states (load's `draft=` with eagle or
+    # heads; one folder, told apart by its config.json: specli/models/head_formats.py)
+    HEAD = "EAGLE head"
 
     def __str__(self) -> str:
         return self.value
@@ -69,7 +72,8 @@ class Entry:
     (the target needs a supported architecture, and an exit layer inside it); `no_compile`, why --compile
     cannot run it (None: it can); `chains_only`, why it cannot draft token trees (None: it can);
     `default_k`, the most it drafts per round when neither the caller nor a
-    preset of its own names k (None: the preset's num_draft_tokens)."""
+    preset of its own names k (None: the preset's num_draft_tokens). `aliases`: other names the command
+    line, settings and presets accept for it (each means this strategy; outputs name it by its own)."""
 
     module: str | None
     about: str = ""
@@ -78,6 +82,7 @@ class Entry:
     no_compile: str | None = None
     chains_only: str | None = None
     default_k: int | None = None
+    aliases: tuple[str, ...] = ()
 
     @property
     def drafts(self) -> bool:
@@ -102,6 +107,12 @@ STRATEGY_TABLE: Mapping[str, Entry] = MappingProxyType(
         Strategy.EAGLE: Entry(
             "specli.drafters.eagle", "an EAGLE head on the target's hidden states", model=Model.HEAD
         ),
+        Strategy.HEADS: Entry(
+            "specli.drafters.heads",
+            "blockwise heads on the target's last hidden state",
+            model=Model.HEAD,
+            aliases=("blockwise",),
+        ),
     }
 )
 
@@ -117,11 +128,14 @@ def entry(strategy: str) -> Entry:
 
 
 def check_strategy(strategy: str) -> str:
-    """`strategy` as a plain name the table knows, or a UsageError listing them (with the nearest for a
-    typo: 'eagel')."""
+    """`strategy` as a plain name the table knows (an alias as the name it stands for: 'blockwise' ->
+    'heads'), or a UsageError listing them (with the nearest for a typo: 'eagel')."""
     names = strategy_names()
     if isinstance(strategy, str) and strategy in names:
         return str(strategy)
+    for name, known in STRATEGY_TABLE.items():
+        if strategy in known.aliases:
+            return str(name)
     close = difflib.get_close_matches(str(strategy), names, n=1)
     guess = f" Did you mean '{close[0]}'?" if close else ""
     raise UsageError(f"unknown strategy '{strategy}'.{guess}", f"Use one of: {', '.join(names)}.")

@@ -29,11 +29,11 @@ def strategy_label(strategy: str, k: int | None = None) -> str:
     return strategy + (f" k={k}" if k and strategy != Strategy.NONE else "")
 
 
-HEAD_NAMES = {"eagle1": "EAGLE-1", "eagle3": "EAGLE-3", "peagle": "P-EAGLE"}
+HEAD_NAMES = {"eagle1": "EAGLE-1", "eagle3": "EAGLE-3", "peagle": "P-EAGLE", "heads": "blockwise heads"}
 
 
 def head_name(info: dict) -> str:
-    """The EAGLE head a round's info names: 'EAGLE-1', 'EAGLE-3' or 'P-EAGLE' (parallel)."""
+    """The head a round's info names: 'EAGLE-1', 'EAGLE-3', 'P-EAGLE' (parallel) or 'blockwise heads'."""
     return HEAD_NAMES.get(str(info.get("head")), "EAGLE")
 
 

@@ -31,8 +31,8 @@ KindArg = Annotated[
     str,
     typer.Argument(
         help="eagle3 (EAGLE-3 head), eagle1 (EAGLE-1 head), peagle (P-EAGLE: k drafts per forward), "
-        "pard (a small model taught to draft k tokens per forward) or draft (a small model distilled on "
-        "the target).",
+        "pard (a small model taught to draft k tokens per forward), draft (a small model distilled on "
+        "the target) or heads (blockwise heads on the target's last hidden state, --strategy heads).",
         metavar="KIND",
         show_default=False,
     ),
@@ -161,7 +161,9 @@ AuxLayersOpt = Annotated[
 IntermediateOpt = Annotated[
     Int, _opt("eagle3, eagle1, peagle: the head's MLP width (default: the target's).")
 ]
-ParallelOpt = Annotated[Int, _opt("peagle, pard: drafts per forward it learns (default 8).")]
+ParallelOpt = Annotated[
+    Int, _opt("peagle, pard: drafts per forward it learns (default 8); heads: how many heads (default 4).")
+]
 SeedOpt = Annotated[Int, _opt("Seed of the data order and initialisation (default 0).")]
 TimeLimitOpt = Annotated[
     str | None,

@@ -48,6 +48,8 @@ ENGINE_TABLE: Mapping[str, Engine] = MappingProxyType(
                 "model",
                 "eagle": "its head reads the target's inner hidden states, which a llama.cpp forward does "
                 "not return",
+                "heads": "its heads read the target's last hidden state, which a llama.cpp forward does "
+                "not return",
             },
             # A tree round's kept cells stay where the tree put them in llama.cpp's KV buffer, out of
             # position order, and attention summed over the cells in another order rounds differently:

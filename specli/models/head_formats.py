@@ -15,6 +15,8 @@ Layouts read (told apart by config.json):
   every layer's weights must be there.
 - **specli eagle1** (`specli_head_type: eagle1`): the same layout for an EAGLE-1 head (fc over
   cat(embedding, feature) with bias, one layer; no norm or LM head of its own).
+- **blockwise heads** (`specli_heads`: K residual blocks into the target's LM head, strategy heads): read
+  by specli/models/blockwise_heads.py; `read_head_config` and `load_head` hand such a folder to it.
 - **SafeAILab** (hub heads such as `yuhuili/EAGLE3-LLaMA3.1-Instruct-8B`, SpecForge/AngelSlim heads):
   config.json is a LlamaForCausalLM config plus `draft_vocab_size` (and maybe `target_hidden_size`,
   `eagle_config.eagle_aux_hidden_state_layer_ids`); weights fc.weight [H, 3·H_target], midlayer.* (read
@@ -41,6 +43,8 @@ import torch
 from safetensors.torch import save_file
 
 from specli.errors import ModelLoadError, UsageError
+from specli.models import blockwise_heads
+from specli.models.blockwise_heads import BlockwiseHeads, HeadsConfig
 from specli.models.eagle_head import EagleHead, HeadConfig, default_aux_layers
 from specli.models.model_dirs import read_config, user_model_name
 
@@ -120,7 +124,10 @@ def _target_label(target_config: Any) -> str:
 
 
 def detect_layout(data: Mapping[str, Any]) -> str | None:
-    """'speculators' | 'specli' | 'safeailab' for a head's config.json, or None when it is none of them."""
+    """'speculators' | 'specli' | 'safeailab' for a head's config.json ('heads' for a folder of blockwise
+    heads), or None when it is none of them."""
+    if blockwise_heads.is_heads(data):
+        return "heads"
     if data.get("speculators_model_type") is not None:
         return "speculators"
     if data.get("specli_head_type") is not None:
@@ -135,6 +142,10 @@ def refuse_head_as_model(folder: Path | str, name: str, role: str = "drafter") -
     """UsageError when the model given as `role` ('drafter' or 'target') is an EAGLE head (its config.json
     is in a layout `detect_layout` knows): a head has no tokenizer and no LM of its own to run."""
     data = read_config(folder)
+    if data is not None and blockwise_heads.is_heads(data):
+        raise UsageError(
+            f"'{name}' holds blockwise heads, not a {role} model: use --strategy heads with --draft {name}."
+        )
     if data is None or detect_layout(data) is None:
         return
     if role == "target":
@@ -211,6 +222,8 @@ def config_from_dict(
     for heads that do not name their feature layers. Problems raise ModelLoadError."""
     label = f"'{name}'" if name else "(config.json)"
     layout = detect_layout(data)
+    if layout == "heads":
+        raise ModelLoadError(f"{label} holds blockwise heads, not an EAGLE head: use --strategy heads")
     if layout is None:
         raise ModelLoadError(
             f"{label} is not an EAGLE head: its config.json has neither 'speculators_model_type' "
@@ -295,9 +308,10 @@ def read_head_config(
     *,
     target_layers: int | None = None,
     name: str | None = None,
-) -> HeadConfig:
-    """config.json of a head folder -> HeadConfig, detecting the layout. The target's config (a dict or a
-    transformers config) supplies the depth for heads that do not name their feature layers."""
+) -> HeadConfig | HeadsConfig:
+    """config.json of a head folder -> HeadConfig, detecting the layout (a folder of blockwise heads ->
+    HeadsConfig, specli/models/blockwise_heads.py). The target's config (a dict or a transformers config)
+    supplies the depth for heads that do not name their feature layers."""
     folder = Path(folder)
     label = name or str(folder)
     path = folder / "config.json"
@@ -312,6 +326,8 @@ def read_head_config(
         raise ModelLoadError(f"could not read the config.json of the EAGLE head '{label}': {err}") from err
     if not isinstance(data, dict):
         raise ModelLoadError(f"the config.json of the EAGLE head '{label}' is not a JSON object")
+    if blockwise_heads.is_heads(data):
+        return blockwise_heads.config_from_dict(data, label)
     if target_layers is None:
         target_layers = target_facts(target_config)[1]
     return config_from_dict(data, target_layers, name=label)
@@ -320,13 +336,19 @@ def read_head_config(
 # --------------------------------------------------------------------------- fitting the target
 
 
-def check_head(config: HeadConfig, target_config: Any, name: str, target_name: str | None = None) -> None:
-    """ModelLoadError unless the head fits the target: hidden size, vocabulary and feature layers.
+def check_head(
+    config: HeadConfig | HeadsConfig, target_config: Any, name: str, target_name: str | None = None
+) -> None:
+    """ModelLoadError unless the head fits the target: hidden size, vocabulary and feature layers
+    (blockwise heads: UsageError unless their hidden size is the target's).
 
     Runs on configs only, so a head that does not fit is refused before any weights move.
     """
     target = f"'{target_name}'" if target_name else _target_label(target_config)
     hidden, layers, vocab = target_facts(target_config)
+    if isinstance(config, HeadsConfig):
+        blockwise_heads.check_fits(config, hidden, name, target)
+        return
     trained_for = config.extra.get("verifier")
     trained_for = user_model_name(trained_for) if trained_for else None
     hint = (
@@ -531,8 +553,9 @@ def load_head(
     device: torch.device | str | None = None,
     name: str | None = None,
     target_layers: int | None = None,
-) -> EagleHead:
-    """A head folder (any layout) -> EagleHead in eval mode, float weights in dtype, on device.
+) -> EagleHead | BlockwiseHeads:
+    """A head folder (any layout) -> EagleHead in eval mode, float weights in dtype, on device (a folder
+    of blockwise heads -> BlockwiseHeads).
 
     With target_config (a dict or a transformers config) the head is checked against the target before
     any weights file is opened. target_layers: the target's depth when no target_config is given (for
@@ -543,6 +566,8 @@ def load_head(
     config = read_head_config(folder, target_config, target_layers=target_layers, name=label)
     if target_config is not None:
         check_head(config, target_config, label)
+    if isinstance(config, HeadsConfig):
+        return blockwise_heads.load_heads(folder, config, dtype=dtype, device=device, name=label)
     files = head_weight_files(folder, allow_pickle=allow_pickle, name=label)
     if files[0].suffix == ".safetensors":
         state = _read_safetensors(files, config, label)
@@ -583,8 +608,10 @@ def open_head(
     )
 
 
-def head_parameter_bytes(config: HeadConfig, dtype: torch.dtype = torch.bfloat16) -> int:
+def head_parameter_bytes(config: HeadConfig | HeadsConfig, dtype: torch.dtype = torch.bfloat16) -> int:
     """Bytes the head's weights take in dtype (d2t/t2d at their own sizes): for the memory planner."""
+    if isinstance(config, HeadsConfig):
+        return blockwise_heads.parameter_bytes(config, dtype)
     size = torch.tensor([], dtype=dtype).element_size()
     total = 0
     for key, shape in _expected_shapes(config).items():

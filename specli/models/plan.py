@@ -18,6 +18,7 @@ from transformers import AutoConfig
 
 from specli.errors import SpecliError
 from specli.models import head_formats, loading, memory
+from specli.models.blockwise_heads import HeadsConfig
 from specli.models.cached_lm import CachedLM
 from specli.models.eagle_head import HeadConfig
 from specli.models.placement import Placement, describe_gpus, plan_placement
@@ -76,12 +77,14 @@ def head_need(
     head: ModelToLoad, target: ModelToLoad, device: torch.device, trust_remote_code: bool
 ) -> memory.Need:
     """An EAGLE head's weights (in the target's dtype unless its own is set: it loads beside the
-    target's LM head) and its layers' KV cache for the planned context."""
-    config: HeadConfig = head.config
+    target's LM head) and its layers' KV cache for the planned context (blockwise heads keep none)."""
+    config: HeadConfig | HeadsConfig = head.config
     dtype = dtype_for(target if head.dtype == "auto" else head, device, trust_remote_code)
-    context = min(memory.PLAN_CONTEXT, config.max_position_embeddings or memory.PLAN_CONTEXT)
     size = torch.finfo(dtype).bits // 8
-    kv = 2 * config.num_layers * config.num_kv_heads * config.head_dim * context * size
+    context, kv = memory.PLAN_CONTEXT, 0
+    if isinstance(config, HeadConfig):
+        context = min(memory.PLAN_CONTEXT, config.max_position_embeddings or memory.PLAN_CONTEXT)
+        kv = 2 * config.num_layers * config.num_kv_heads * config.head_dim * context * size
     estimate = memory.Estimate(head_formats.head_parameter_bytes(config, dtype), kv)
     return memory.Need(head.name, str(dtype).replace("torch.", ""), "none", estimate, context)
 

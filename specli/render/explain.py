@@ -117,6 +117,8 @@ class ExplainView:
                 f"eagle: an {kind} head proposed {count(len(r.drafted), 'token')} from the target's hidden "
                 f"states entering layers {layers} (the last drafts from its own states)."
             )
+        if self.strategy == Strategy.HEADS:
+            return Text(self._heads_words(r))
         if self.strategy == Strategy.NONE:
             return Text("plain decoding: no draft; the target adds one token.")
         if info.get("parallel") and r.drafted:
@@ -125,6 +127,24 @@ class ExplainView:
                 f"(parallel drafting): position 1 read the last committed token{self._mask_words(r)}."
             )
         return Text(f"draft: the drafter model proposed {count(len(r.drafted), 'token')}.")
+
+    @staticmethod
+    def _heads_words(r: Round) -> str:
+        """Which of the blockwise heads agreed with the target and where the block broke."""
+        if not r.drafted:
+            return "heads: no target state yet; this round is a plain target step."
+        n, kept = (r.tree.depth if r.tree is not None else len(r.drafted)), r.accepted
+        words = (
+            f"heads: {count(n, 'head')} read the target's last hidden state (from the forward that gave "
+            f"the pending token; no forward of their own) and each guessed its own position, head i the "
+            f"token i places ahead. "
+        )
+        if r.tree is not None:
+            return words + "The tree takes each depth's candidates from that depth's head."
+        if kept == n:
+            return words + f"All {n} agreed with the target: the block held, and the target adds a bonus."
+        agreed = f"heads 1-{kept} agreed" if kept > 1 else "head 1 agreed" if kept else "no head agreed"
+        return words + f"{agreed.capitalize()}; the block broke at head {kept + 1}."
 
     @staticmethod
     def _mask_words(r: Round) -> str:
@@ -158,7 +178,9 @@ class ExplainView:
                 self._label(token), KIND_STYLES[TokenKind.ACCEPTED] if ok else KIND_STYLES[TokenKind.REJECTED]
             )
             lead: list[Any] = [str(i + 1)]
-            if parallel:
+            if parallel and self.strategy == Strategy.HEADS:
+                lead.append(Text(f"head {i + 1}", "dim"))
+            elif parallel:
                 lead.append(Text("MASK", "italic") if i else Text("last token", "dim"))
             table.add_row(*lead, label, *self._check_cells(r, i), mark)
         return table

@@ -198,7 +198,9 @@ def _check_target_kind(kind: str, config: dict[str, Any], name: str) -> None:
 
 
 def _check_init_head(kind: str, config: head_formats.HeadConfig, name: str) -> None:
-    wanted = {"eagle1": ("eagle1",), "eagle3": ("eagle3",), "peagle": ("eagle3", "peagle")}[kind]
+    wanted = {
+        "eagle1": ("eagle1",), "eagle3": ("eagle3",), "peagle": ("eagle3", "peagle"), "heads": ("heads",)
+    }[kind]  # fmt: skip
     if config.label not in wanted:
         raise UsageError(
             f"--init '{name}' is an {config.label} head; '{kind}' starts from {' or '.join(wanted)}."
@@ -640,7 +642,9 @@ def result_lines(report: dict[str, Any], out: Path) -> list[str]:
         ]
     target = (report.get("target") or {}).get("name")
     if target:
-        strategy = Strategy.EAGLE if kind in HEAD_KINDS else Strategy.DRAFT
+        strategy = (
+            Strategy.EAGLE if kind in HEAD_KINDS else Strategy.HEADS if kind == "heads" else Strategy.DRAFT
+        )
         use = ["specli", "generate", "PROMPT", "--target", target, "--strategy", strategy]
         lines.append(f"use it: {shlex.join([*use, '--draft', str(out)])}")
     return lines

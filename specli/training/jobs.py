@@ -16,9 +16,10 @@ from typing import Any
 import torch
 
 from specli.errors import UsageError
+from specli.models.blockwise_heads import save_heads
 from specli.models.eagle_head import EagleHead, init_weights
 from specli.models.head_formats import save_head
-from specli.training import eagle, pard, peagle
+from specli.training import eagle, heads, pard, peagle
 from specli.training.common import DRAFTER_DTYPE, draft_loss, random_windows
 from specli.training.recipe import TrainRecipe
 
@@ -29,6 +30,7 @@ SEED_OFFSETS = {
     "peagle": {"data": 21, "layouts": 22},
     "pard": {"data": 11, "layouts": 12},
     "draft": {"data": 2},
+    "heads": {"data": 31},
 }
 
 
@@ -75,7 +77,9 @@ def build_job(inputs: Inputs) -> Job:
     """The job of inputs.recipe.kind; the target is frozen."""
     for p in inputs.target.parameters():
         p.requires_grad_(False)
-    builders = {"eagle3": _eagle, "eagle1": _eagle, "peagle": _peagle, "pard": _pard, "draft": _draft}
+    builders = {
+        "eagle3": _eagle, "eagle1": _eagle, "peagle": _peagle, "pard": _pard, "draft": _draft, "heads": _heads
+    }  # fmt: skip
     return builders[inputs.recipe.kind](inputs)
 
 
@@ -182,6 +186,31 @@ def _peagle(inputs: Inputs) -> Job:
         evaluate,
         _head_saver(head, inputs, speculative_tokens=r.parallel),
         head.config.to_dict(),
+    )
+
+
+def _heads(inputs: Inputs) -> Job:
+    """Blockwise heads (--parallel of them) on the target's last hidden state; --init: heads to go on
+    from."""
+    r, target, device = inputs.recipe, inputs.target, inputs.device
+    model = (
+        inputs.init if inputs.init is not None else heads.new_heads(target, r.parallel, inputs.target_name)
+    )
+    model = model.to(device=device, dtype=torch.float32)
+    gens = generators("heads", r.seed)
+
+    def step_loss() -> tuple[torch.Tensor, dict[str, Any]]:
+        window = random_windows(inputs.stream, r.batch_size, r.context, gens["data"])[:, :-1].to(device)
+        return heads.heads_loss(model, target, window, r.step_decay, r.target_autocast)
+
+    def evaluate(windows: torch.Tensor) -> list[float]:
+        return heads.evaluate(model, target, windows, r.target_autocast)
+
+    def save(folder: Path) -> None:
+        save_heads(model, folder, inputs.target_name)
+
+    return Job(
+        "heads", model, step_loss, gens, r.batch_size * r.context, evaluate, save, model.config.to_dict()
     )
 
 

@@ -17,6 +17,7 @@ import torch
 from specli.bench.prompts import BenchPrompt
 from specli.bench.run import BenchSettings, Measurement, encode_prompts, identity_errors, measure, summarize
 from specli.models import head_formats, loading
+from specli.models.blockwise_heads import BlockwiseHeads
 from specli.models.cached_lm import CachedLM
 from specli.models.model_dirs import read_config
 from specli.pair import Pair
@@ -76,7 +77,8 @@ def drafter(label: str, target: Pair, source: str, allow_pickle: bool = False) -
             folder, model.config, allow_pickle=allow_pickle, dtype=dtype, device=device, name=source
         )
         pair.attach(source, head=head)
-        return Drafter(label, source, pair, Strategy.EAGLE)
+        blockwise = isinstance(head, BlockwiseHeads)
+        return Drafter(label, source, pair, Strategy.HEADS if blockwise else Strategy.EAGLE)
     tokenizer = loading.load_tokenizer(folder, name=source)
     loading.check_tokenizers(target.tokenizer, tokenizer, target.target_name, source)
     draft = loading.load_model(folder, device=device, dtype=dtype, allow_pickle=allow_pickle, name=source)

@@ -101,6 +101,19 @@ def model_need(
     return memory.TrainingNeed(frozen, drafter.parameters() + drafter.hidden_size, per_token)
 
 
+def heads_need(
+    recipe: TrainRecipe, target: memory.Shape, dtype_bytes: int, quant: str
+) -> memory.TrainingNeed:
+    """Blockwise heads (K = recipe.parallel) trained against `target`: K blocks of H x H, and per token
+    each head's state and its distribution over the target's vocabulary."""
+    frozen = memory.estimate(target, dtype_bytes, quant, 0).weights_bytes
+    k, hidden = recipe.parallel, target.hidden_size
+    per_token = target_pass_bytes(target, dtype_bytes) + k * (
+        2 * hidden * MIXED + distribution_bytes(target.vocab_size)
+    )
+    return memory.TrainingNeed(frozen, k * (hidden + 1) * hidden, per_token)
+
+
 def training_need(
     recipe: TrainRecipe,
     target_config: Any,
@@ -113,6 +126,8 @@ def training_need(
     config is too unusual to estimate."""
     try:
         target = memory.Shape.from_config(target_config)
+        if recipe.kind == "heads":
+            return heads_need(recipe, target, dtype_bytes, quant)
         if head is not None:
             return head_need(recipe, target, dtype_bytes, quant, head)
         return model_need(recipe, target, dtype_bytes, quant, memory.Shape.from_config(drafter_config))

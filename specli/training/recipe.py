@@ -15,10 +15,12 @@ from typing import Any
 
 from specli.errors import UsageError
 
-KINDS = ("eagle3", "eagle1", "peagle", "pard", "draft")
+KINDS = ("eagle3", "eagle1", "peagle", "pard", "draft", "heads")
 HEAD_KINDS = ("eagle3", "eagle1", "peagle")  # read the target's hidden states
 INIT_KINDS = ("pard", "draft")  # start from --init MODEL (a small model with the target's tokenizer)
 PARALLEL_KINDS = ("peagle", "pard")  # draft k tokens in one forward
+# heads: blockwise heads (K residual blocks into the target's LM head, K = --parallel) on its last hidden
+# state; they draft K tokens from the verify forward's states, with no forward of their own
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,7 @@ class TrainRecipe:
     kind: str
     target: str
     data: str
-    init: str | None = None  # pard, draft: the model to start from; eagle kinds: a head to start from
+    init: str | None = None  # pard, draft: the model to start from; eagle kinds, heads: heads to start from
     regenerate: bool = False  # the target answers the data's prompts first (self-distillation)
     regenerate_tokens: int = 256  # longest response it writes
     steps: int = 2000
@@ -42,9 +44,9 @@ class TrainRecipe:
     layers: int = 1  # eagle3, peagle: the head's decoder layers
     intermediate: int | None = None  # the head's MLP width (None: the target's)
     aux_layers: list[int] | None = None  # eagle3, peagle: target hidden states read (None: EAGLE-3's)
-    parallel: int = 8  # peagle, pard: drafts per forward it learns (K)
+    parallel: int = 8  # peagle, pard: drafts per forward it learns (K); heads: the number of heads
     retain: float = 0.7  # peagle, pard: P(keep depth j | kept depth j-1) in the packed layout
-    step_decay: float = 0.8  # eagle kinds: weight of unroll step j is step_decay**j
+    step_decay: float = 0.8  # eagle kinds: weight of unroll step j is step_decay**j (heads: head j+1)
     regression_weight: float = 1.0  # eagle1: smooth-L1 on the next feature
     token_weight: float = 0.1  # eagle1: distillation through the target's LM head
     feature_noise: float = 0.05  # eagle1: relative Gaussian noise on the input features
@@ -71,6 +73,7 @@ KIND_DEFAULTS: dict[str, dict[str, Any]] = {
     "peagle": {"lr": 5e-4},
     "pard": {"lr": 1e-4},
     "draft": {"lr": 1e-4},
+    "heads": {"lr": 1e-3, "parallel": 4},  # Medusa-1's rate; 4 heads (its paper's 4-5)
 }
 
 # --quick: a few steps of a small batch, for tests and a first look (explicit options still win).
@@ -133,7 +136,9 @@ def check_recipe(recipe: TrainRecipe) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1, not {value}.")
     if recipe.lr <= 0:
         raise UsageError(f"--lr must be above 0, not {recipe.lr}.")
-    if recipe.parallel < 2:
+    if recipe.kind == "heads" and recipe.parallel < 1:
+        raise UsageError(f"--parallel must be at least 1 (the number of heads), not {recipe.parallel}.")
+    if recipe.kind != "heads" and recipe.parallel < 2:
         raise UsageError(f"--parallel must be at least 2 (drafts per forward), not {recipe.parallel}.")
     if recipe.context < 8:
         raise UsageError(f"--context must be at least 8 tokens, not {recipe.context}.")

@@ -288,7 +288,7 @@ def test_field_errors_name_file_line_and_field(tmp_path, tail, line, expected):
         (
             "name: x\nstrategy: medusa\ntarget: {model: a/b}\n",
             2,
-            "strategy: Input should be 'draft', 'none', 'lookup', 'self' or 'eagle'",
+            "strategy: Input should be 'draft', 'none', 'lookup', 'self', 'eagle' or 'heads'",
         ),
         (
             "name: x\nstrategy: eagle\ntarget: {model: a/b}\n",

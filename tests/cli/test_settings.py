@@ -111,7 +111,7 @@ def test_each_bad_value_names_its_option(overrides, message):
 
 
 def test_strategies_come_from_the_preset_schema():
-    assert set(STRATEGIES) == {"draft", "lookup", "self", "none", "eagle"}
+    assert set(STRATEGIES) == {"draft", "lookup", "self", "none", "eagle", "heads"}
     with pytest.raises(UsageError) as info:
         resolve_settings(strategy="medusa")
     assert all(name in info.value.hint for name in STRATEGIES)

@@ -26,7 +26,7 @@ from specli.settings import resolve_settings
 
 SELF_REFUSED = (
     "strategy 'self' drafts chains only (it drafts inside the target's own layers); drop --tree, or use "
-    "--strategy draft, lookup or eagle."
+    "--strategy draft, lookup, eagle or heads."
 )
 
 
@@ -49,7 +49,7 @@ def test_a_tree_with_self_is_refused_in_one_line():
     assert resolve_settings(strategy="self", tree=0).tree == 0  # a chain is fine
 
 
-@pytest.mark.parametrize("strategy", ["draft", "lookup", "eagle"])
+@pytest.mark.parametrize("strategy", ["draft", "lookup", "eagle", "heads"])
 def test_strategies_that_draft_trees_keep_them(strategy):
     settings = resolve_settings(strategy=strategy, tree=16, tree_width=3)
     assert (settings.tree, settings.tree_width, settings.drafts_tree) == (16, 3, True)
@@ -112,7 +112,7 @@ def test_a_self_preset_with_a_tree_names_file_line_and_field(tmp_path):
     with pytest.raises(PresetError) as info:
         load_preset_file(path)
     assert info.value.message.startswith(f"{path}:2: strategy: strategy 'self' drafts chains only")
-    assert "draft, lookup or eagle" in info.value.message
+    assert "draft, lookup, eagle or heads" in info.value.message
     with pytest.raises(PresetError, match=r":9: speculation.tree: "):  # its range too
         load_preset_file(preset_file(tmp_path, "draft", "tree: 100\n"))
 

@@ -27,7 +27,7 @@ def test_a_strategy_prints_and_serializes_as_its_plain_name():
     assert f"{Strategy.DRAFT}" == "draft" and str(Strategy.LOOKUP) == "lookup"
     assert f"'{Strategy.EAGLE}'" == "'eagle'" and f"{Strategy.SELF:>5}" == " self"
     assert json.dumps({"strategy": Strategy.NONE}) == '{"strategy": "none"}'
-    assert STRATEGIES == ("draft", "none", "lookup", "self", "eagle")
+    assert STRATEGIES == ("draft", "none", "lookup", "self", "eagle", "heads")
     assert all(type(name) is str for name in STRATEGIES)
 
 

@@ -318,3 +318,35 @@ def test_explain_drawn_children_show_each_try_and_the_residual_rule(tokenizer, i
     assert "drawn from q without replacement" in text and "min(1, p′(x)/q′(x))" in text
     plain = text_of(ExplainView(tokenizer, "draft", 3, greedy=False).panel(base))
     assert "q′" not in plain and "without replacement" not in plain
+
+
+def heads_round(ids, accepted: int, kind: TokenKind) -> Round:
+    """A chain round of strategy heads (4 blockwise heads, greedy) that kept `accepted` drafts."""
+    drafted = ids[:4]
+    return Round(
+        index=0, drafted=drafted, draft_probs=[1.0] * 4, target_probs=[],
+        target_argmax=drafted[:accepted] + [ids[8]] + ids[4 : 7 - accepted],
+        accept_probs=[1.0 if i < accepted else 0.0 for i in range(4)], uniforms=[], accepted=accepted,
+        token=ids[8], kind=kind, committed=drafted[:accepted] + [ids[8]], draft_time=0, verify_time=0,
+        elapsed=0.1, draft_limit=4, draft_reason="cost model", token_source=[(ids[8], 0.6)],
+        info={"head": "heads", "parallel": True, "heads": 4},
+    )  # fmt: skip
+
+
+def test_explain_names_each_blockwise_head_and_where_the_block_broke(tokenizer, ids):
+    """Strategy heads: each drafted position is its head's guess (the table's input column says which
+    head, not a MASK placeholder), and the round says which heads agreed and where the block broke, or
+    that it held. Catches heads explained as a PARD drafter reading MASK tokens."""
+    broke = text_of(
+        ExplainView(tokenizer, "heads", 4, greedy=True).panel(heads_round(ids, 2, TokenKind.CORRECTION)), 400
+    )
+    assert "Heads 1-2 agreed; the block broke at head 3." in broke
+    assert "rejected" in line_with(broke, "  head 3 ")[1] and "MASK" not in broke
+    held = text_of(
+        ExplainView(tokenizer, "heads", 4, greedy=True).panel(heads_round(ids, 4, TokenKind.BONUS)), 400
+    )
+    assert "All 4 agreed with the target: the block held" in held
+    none = text_of(
+        ExplainView(tokenizer, "heads", 4, greedy=True).panel(heads_round(ids, 0, TokenKind.CORRECTION)), 400
+    )
+    assert "No head agreed; the block broke at head 1." in none

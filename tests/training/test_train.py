@@ -33,6 +33,7 @@ CHAT_TEMPLATE = (
 )
 PROMPTS = ["def fibonacci(n):\n", "class Stack:\n    def push(self, item):\n"]
 STRATEGY = {"eagle3": "eagle", "eagle1": "eagle", "peagle": "eagle", "pard": "draft", "draft": "draft"}
+STRATEGY["heads"] = "heads"
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +78,7 @@ def greedy_reference(target_dir: Path, prompt_ids: list[int], n: int, eos: set[i
 # --------------------------------------------------------------------------- every kind
 
 
-@pytest.mark.parametrize("kind", ["eagle3", "eagle1", "peagle", "pard", "draft"])
+@pytest.mark.parametrize("kind", ["eagle3", "eagle1", "peagle", "pard", "draft", "heads"])
 def test_every_kind_trains_and_its_drafter_loads_losslessly(kind, tiny_pair, files, tmp_path):
     """The written folder loads with --draft at once and greedy output is the target's own generate()
     (catches a folder the loaders refuse, a head shaped for another target, a PARD drafter without its
@@ -110,7 +111,7 @@ def test_every_kind_trains_and_its_drafter_loads_losslessly(kind, tiny_pair, fil
         assert config.get("dtype", config.get("torch_dtype")) == "bfloat16"
         floats = {weights.get_tensor(name).dtype for name in weights.keys()} - {torch.long, torch.bool}  # noqa: SIM118
         assert floats == {torch.bfloat16}
-    if kind != "draft":  # the engines serve what it wrote (vLLM: speculators heads, PARD folders)
+    if kind not in ("draft", "heads"):  # the engines serve what it wrote (vLLM: speculators heads, PARD)
         export = [
             "export",
             "vllm",
@@ -229,6 +230,27 @@ def test_training_json_has_the_recipe_and_the_engine_measurement(tiny_pair, file
     assert stats.mean_acceptance_length == pytest.approx(trained["mean_acceptance_length"])
 
 
+def test_heads_report_each_heads_top1_agreement_on_held_out_windows(tiny_pair, tmp_path):
+    """`specli train heads`: training.json's validation holds one top-1 agreement per head (head i
+    against the target's argmax i places after the next token), measured on the validation split; the
+    written folder holds --parallel heads and drafts that many a round (catches a report by draft depth
+    of another kind, or a head count lost between recipe, folder and pair)."""
+    text = tmp_path / "text.jsonl"
+    text.write_text("".join(json.dumps({"text": t}) + "\n" for t in CORPUS * 6))  # a validation split
+    out = tmp_path / "heads"
+    args = ["heads", "--target", str(tiny_pair[0]), "--data", str(text), "--out", str(out), "--quick"]
+    train(*args, "--parallel", "3", "--context", "16", "--steps", "8", "--eval-count", "0")
+    report = json.loads((out / "training.json").read_text())
+    agreement = report["validation"]["agreement_by_depth"]
+    assert report["validation"]["windows"] > 0 and len(agreement) == 3
+    assert all(0.0 <= a <= 1.0 for a in agreement) and len(report["history"][0]["agree"]) == 3
+    assert report["config"] == {
+        "specli_heads": {"num_heads": 3, "hidden_size": 64, "target": str(tiny_pair[0])}
+    }
+    pair = specli.load(target=str(tiny_pair[0]), draft=str(out), strategy="heads", device="cpu", threads=None)
+    assert pair.settings().num_draft_tokens == 3
+
+
 # --------------------------------------------------------------------------- resume, time limit
 
 
@@ -253,7 +275,7 @@ def dropout_drafter(tmp_path_factory, tokenizer):
     return save_model(tmp_path_factory.mktemp("dropout") / "draft", model, tokenizer)
 
 
-@pytest.mark.parametrize("kind", ["eagle1", "pard"])
+@pytest.mark.parametrize("kind", ["eagle1", "pard", "heads"])
 def test_resume_continues_bit_for_bit(kind, tiny_pair, dropout_drafter, files, tmp_path, monkeypatch):
     """6 steps straight == 3 steps, Ctrl-C, --resume, 3 more: the same weights, optimizer state and
     losses, exactly (catches a data order, feature-noise or packed-layout generator, or torch's own

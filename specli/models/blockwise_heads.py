@@ -1,0 +1,197 @@
+"""Blockwise parallel decoding heads (Stern et al. 2018) in Medusa's form (Cai et al. 2024): k heads, each
+a residual block into the target's own LM head, all reading the target's last hidden state.
+
+Head i (1-based) reads h_t, the target's final hidden state at the position t that produced the pending
+token x_{t+1}, and predicts x_{t+1+i}: `lm_head(h_t + SiLU(W_i h_t + b_i))`. transformers'
+`output_hidden_states[L]` (L = the target's depth) is the final *normed* state for Llama, Mistral and
+Qwen2 (their LM head applied to it gives the logits), so the heads go straight into the LM head. W_i
+starts at zero: an untrained head is the LM head itself (it repeats the pending token's prediction).
+
+A folder of heads: config.json `{"specli_heads": {"num_heads": K, "hidden_size": H, "target": "..."}}`
+and model.safetensors with `heads.{i}.linear.weight` [H, H] and `heads.{i}.linear.bias` [H]
+(i = 0..K-1). `read_config` / `check_fits` / `load_heads` read and check one (the config first, so a
+folder for another target is refused before its weights are opened); `save_heads` writes one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+from torch import nn
+
+from specli.errors import ModelLoadError, UsageError
+
+KEY = "specli_heads"  # config.json's key that marks a folder of blockwise heads
+WEIGHTS = "model.safetensors"
+STORED_DTYPE = torch.bfloat16  # how save_heads writes the weights (load_heads casts to the run's)
+
+
+@dataclass(frozen=True)
+class HeadsConfig:
+    """K heads over hidden size H, trained for `target` (a name, may be empty). `parallel` and `extra`
+    speak the EAGLE head config's words where the pair reads them: all K drafts come from one pass, and
+    the heads were made for K drafts a round (`speculative_tokens`)."""
+
+    num_heads: int
+    hidden_size: int
+    target: str = ""
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    parallel = True
+    kind = "heads"
+    label = "heads"
+
+    def __post_init__(self) -> None:
+        if self.num_heads < 1 or self.hidden_size < 1:
+            raise ValueError(f"heads need num_heads >= 1 and hidden_size >= 1, not {self}")
+        self.extra.setdefault("speculative_tokens", self.num_heads)
+        if self.target:
+            self.extra.setdefault("verifier", self.target)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config.json of a heads folder."""
+        return {KEY: {"num_heads": self.num_heads, "hidden_size": self.hidden_size, "target": self.target}}
+
+
+class ResBlock(nn.Module):
+    """x + SiLU(Linear(x)); the Linear starts at zero, so a fresh block is the identity."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(hidden, hidden)
+        nn.init.zeros_(self.linear.weight)
+        nn.init.zeros_(self.linear.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + nn.functional.silu(self.linear(x))
+
+
+class BlockwiseHeads(nn.Module):
+    """K ResBlocks; `states` maps the target's final hidden states to each head's input of the LM head."""
+
+    def __init__(self, config: HeadsConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.heads = nn.ModuleList(ResBlock(config.hidden_size) for _ in range(config.num_heads))
+
+    def states(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [..., H] -> [K, ..., H]: head i's state for each position (i = 0..K-1)."""
+        return torch.stack([head(hidden) for head in self.heads])
+
+    def logits(self, hidden: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
+        """hidden [..., H] -> [K, ..., V]: head i's logits for the token i + 1 places after the next (the
+        states cast to the LM head's dtype)."""
+        states = self.states(hidden.to(self.heads[0].linear.weight.dtype))
+        return lm_head(states.to(lm_head.weight.dtype))
+
+    @property
+    def device(self) -> torch.device:
+        return self.heads[0].linear.weight.device
+
+
+def is_heads(data: Mapping[str, Any]) -> bool:
+    """Whether a config.json (as a dict) is a folder of blockwise heads."""
+    return isinstance(data.get(KEY), Mapping)
+
+
+def config_from_dict(data: Mapping[str, Any], name: str) -> HeadsConfig:
+    """A heads folder's config.json -> HeadsConfig (ModelLoadError when its numbers are missing)."""
+    body = data.get(KEY) or {}
+    try:
+        return HeadsConfig(int(body["num_heads"]), int(body["hidden_size"]), str(body.get("target") or ""))
+    except (KeyError, TypeError, ValueError) as err:
+        raise ModelLoadError(
+            f"the heads '{name}': config.json's '{KEY}' needs integer num_heads and hidden_size ({err})"
+        ) from None
+
+
+def read_config(folder: Path | str, name: str | None = None) -> HeadsConfig:
+    """config.json of a heads folder -> HeadsConfig."""
+    label = name or str(folder)
+    try:
+        data = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ModelLoadError(f"could not read the config.json of the heads '{label}': {err}") from err
+    if not isinstance(data, dict) or not is_heads(data):
+        raise ModelLoadError(f"'{label}' is not a folder of blockwise heads (its config.json has no '{KEY}')")
+    return config_from_dict(data, label)
+
+
+def check_fits(config: HeadsConfig, target_hidden: int | None, name: str, target: str) -> None:
+    """UsageError, one line, when the heads' hidden size is not the target's (they feed its LM head)."""
+    if target_hidden is not None and config.hidden_size != target_hidden:
+        trained = f" (trained for '{config.target}')" if config.target else ""
+        raise UsageError(
+            f"the heads '{name}' have hidden size {config.hidden_size}{trained} but {target} has "
+            f"{target_hidden}: train heads for this target with `specli train heads`."
+        )
+
+
+def _expected(config: HeadsConfig) -> dict[str, tuple[int, ...]]:
+    h = config.hidden_size
+    shapes: dict[str, tuple[int, ...]] = {}
+    for i in range(config.num_heads):
+        shapes[f"heads.{i}.linear.weight"] = (h, h)
+        shapes[f"heads.{i}.linear.bias"] = (h,)
+    return shapes
+
+
+def parameter_bytes(config: HeadsConfig, dtype: torch.dtype) -> int:
+    """Bytes the heads' weights take in dtype (for the memory planner)."""
+    size = torch.tensor([], dtype=dtype).element_size()
+    return config.num_heads * (config.hidden_size + 1) * config.hidden_size * size
+
+
+def load_heads(
+    folder: Path | str,
+    config: HeadsConfig | None = None,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+    name: str | None = None,
+) -> BlockwiseHeads:
+    """A heads folder -> BlockwiseHeads in eval mode, in dtype on device; names and shapes are checked
+    from the safetensors header before a tensor is read."""
+    from safetensors import safe_open
+
+    label = name or str(folder)
+    config = config or read_config(folder, label)
+    path = Path(folder) / WEIGHTS
+    expected = _expected(config)
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            found = {key: tuple(f.get_slice(key).get_shape()) for key in f.keys()}  # noqa: SIM118
+            if found != expected:
+                wrong = sorted(set(found.items()) ^ set(expected.items()))[:3]
+                raise ModelLoadError(
+                    f"the weights of the heads '{label}' do not match their config.json (e.g. {wrong})"
+                )
+            state = {key: f.get_tensor(key) for key in expected}
+    except FileNotFoundError:
+        raise ModelLoadError(f"the heads '{label}' have no {WEIGHTS}") from None
+    except ModelLoadError:
+        raise
+    except Exception as err:  # a truncated or corrupt header
+        raise ModelLoadError(f"could not read the weights of the heads '{label}': {err}") from err
+    heads = BlockwiseHeads(config)
+    heads.load_state_dict(state)
+    return heads.to(device=device, dtype=dtype).eval()
+
+
+def save_heads(heads: BlockwiseHeads, folder: Path | str, target: str | None = None) -> Path:
+    """config.json + model.safetensors (bfloat16 weights) into folder; returns it. `target`: the name
+    the heads were trained for (default: the config's)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {key: t.detach().to(STORED_DTYPE).contiguous() for key, t in heads.state_dict().items()}
+    save_file(state, str(folder / WEIGHTS), metadata={"format": "pt"})
+    config = heads.config
+    data = HeadsConfig(config.num_heads, config.hidden_size, target or config.target).to_dict()
+    (folder / "config.json").write_text(json.dumps({**data, "torch_dtype": "bfloat16"}, indent=2) + "\n")
+    return folder
