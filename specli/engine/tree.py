@@ -248,26 +248,16 @@ def grow_sampled_tree(
     cost model's `choose_nodes`) may prune such a tree."""
     import torch
 
-    from specli.engine.sampling import sample_distinct
-
     growth = TreeGrowth()
-    rows: dict[int, torch.Tensor] = {ROOT: first.float()}
-    growth.newest = _add_drawn(growth, ROOT, first.float(), width, generator)
+    rows: dict[int, torch.Tensor] = {}  # node (ROOT too) -> the distribution its children were drawn from
+    growth.newest = _add_drawn(growth, [ROOT], first.float()[None], width, generator, rows)
     for _ in range(1, depth):
         room = size - len(growth.tokens)
         frontier = growth.frontier(width)[: -(-room // width)] if room > 0 else []
         if not frontier:
             break
         probs = expand(frontier, growth).float()  # [w, V]
-        ids, drawn = sample_distinct(probs, width, generator)  # [w, width]
-        taken = probs.gather(-1, ids)  # [w, width]
-        host = torch.stack([ids.to(probs.dtype), taken, drawn.to(probs.dtype)]).tolist()
-        newest = []
-        for row, parent in enumerate(frontier):
-            rows[parent] = probs[row]
-            kept = [(int(i), q) for i, q, ok in zip(*(host[j][row] for j in range(3)), strict=True) if ok]
-            newest += growth.add_children(parent, [i for i, _ in kept], [q for _, q in kept])
-        growth.newest = newest
+        growth.newest = _add_drawn(growth, frontier, probs, width, generator, rows)
     n = min(size, len(growth.tokens))
     q = first.new_zeros(n + 1, first.shape[-1], dtype=torch.float32)  # [N+1, V]
     for node, dist in rows.items():
@@ -277,17 +267,27 @@ def grow_sampled_tree(
 
 
 def _add_drawn(
-    growth: TreeGrowth, parent: int, probs: torch.Tensor, width: int, generator: torch.Generator | None
+    growth: TreeGrowth,
+    parents: list[int],
+    probs: torch.Tensor,
+    width: int,
+    generator: torch.Generator | None,
+    rows: dict[int, torch.Tensor],
 ) -> list[int]:
-    """Add up to `width` children of `parent` drawn without replacement from probs [V] -> their nodes."""
+    """Give each of `parents` up to `width` children drawn without replacement from its row of probs
+    [w, V] (kept in `rows`) -> the nodes added. One host sync."""
     import torch
 
     from specli.engine.sampling import sample_distinct
 
-    ids, drawn = sample_distinct(probs, width, generator)  # [width]
-    host = torch.stack([ids.to(probs.dtype), probs[ids], drawn.to(probs.dtype)]).tolist()
-    kept = [(int(i), q) for i, q, ok in zip(*host, strict=True) if ok]
-    return growth.add_children(parent, [i for i, _ in kept], [q for _, q in kept])
+    ids, drawn = sample_distinct(probs, width, generator)  # [w, width]
+    host = torch.stack([ids.to(probs.dtype), probs.gather(-1, ids), drawn.to(probs.dtype)]).tolist()
+    added: list[int] = []
+    for row, parent in enumerate(parents):
+        rows[parent] = probs[row]
+        kept = [(int(i), q) for i, q, ok in zip(*(part[row] for part in host), strict=True) if ok]
+        added += growth.add_children(parent, [i for i, _ in kept], [q for _, q in kept])
+    return added
 
 
 def _add_top(growth: TreeGrowth, parent: int, values: list[float], ids: list[int]) -> list[int]:
