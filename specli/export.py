@@ -320,8 +320,10 @@ def resolve_pair(
     spec = preset if isinstance(preset, Preset) or preset is None else resolve_preset(preset)
     chosen = check_strategy(strategy or (spec.strategy if spec else ("draft" if draft else "none")))
     if chosen == Strategy.HEADS:  # before anything reads the heads folder as a drafter of another kind
-        raise UsageError(
-            "export does not write blockwise heads (strategy heads) for a serving engine yet; "
+        raise UsageError(  # vllm/model_executor/models/medusa.py, transformers_utils/configs/medusa.py
+            "export does not write blockwise heads (strategy heads) for a serving engine yet: vLLM's "
+            "method medusa reads its own folder (model_type medusa, blocks.{i}.layers.0, the LM head copied "
+            "in as lm_heads.0 with original_lm_head), SGLang and llama.cpp read no Medusa heads; "
             "`specli serve --strategy heads` serves them."
         )
     target_spec = ModelSpec(model=target) if target else spec.target  # type: ignore[union-attr]

@@ -355,4 +355,4 @@ def test_export_refuses_heads_in_one_line(heads_dir):
     """No serving engine command is written for blockwise heads yet: `specli export` says so (exit 2)
     instead of emitting a draft-model command for a folder that is none."""
     out = CliRunner().invoke(app, ["export", "vllm", "--strategy", "heads", "--draft", str(heads_dir)])
-    assert out.exit_code == 2 and "blockwise heads" in out.output
+    assert out.exit_code == 2 and "blockwise heads" in out.output and "method medusa" in out.output
