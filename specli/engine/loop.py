@@ -175,7 +175,9 @@ def _verify_tree(
     device = target.output_device
     parents = subtree(proposal.parents, nodes)  # [N] over the chosen nodes
     ids = proposal.ids[nodes].to(device)  # [N]
-    q = proposal.q[[0] + [i + 1 for i in nodes]] if proposal.q is not None else None  # [N+1, V] | None
+    q = proposal.q  # [N+1, V] | None: a tree of drawn children is verified whole (nodes is every node)
+    if q is not None and len(nodes) < len(proposal.parents):
+        raise ValueError("a tree of drawn children cannot be pruned: its draws would no longer be q's")
     probs = [proposal.probs[i] for i in nodes] if proposal.probs is not None else None
     length = target.cache_length(cache)
     n = len(nodes) + 1
