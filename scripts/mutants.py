@@ -132,6 +132,14 @@ MUTANTS = [
         tests=["test_tree_sampled.py", "test_tree_lossless.py -k 'drawn and follow'"],
     ),
     dict(
+        id="tree-shape-late-draws", area="engine/tree", lossy=True,
+        why="a node of a chosen shape that draws fewer children than its depth's widest keeps its LAST "
+            "draws (draws 2.. of q are not draws from q)",
+        old="draws = zip(*(part[row][: counts[row]] for part in host), strict=True)",
+        new="draws = zip(*(part[row][len(part[row]) - counts[row] :] for part in host), strict=True)",
+        tests=["test_tree_shape.py", "test_tree_lossless.py -k chosen_shape"],
+    ),
+    dict(
         id="stopping-eos-dropped", area="engine/stopping", lossy=True,
         why="the EOS token is cut with what follows it (transformers keeps it)",
         old="end, reason = i + 1, StopReason.EOS",

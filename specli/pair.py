@@ -505,9 +505,9 @@ class Pair:
         kept = self._draft_lengths[key]
         if settings.seed is not None and not settings.greedy:
             # a seeded sample is reproducible call after call: which tokens a seed draws depends on each
-            # round's k, so its k starts from the priors every time (tree against chain rounds carry over)
+            # round's k, so its k starts from the priors every time (what trees are worth carries over)
             fresh = new_draft_length(self.target, drafter, config)
-            fresh.trees = kept.trees
+            fresh.share_trees(kept)
             return fresh
         return kept
 

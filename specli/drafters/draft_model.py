@@ -8,6 +8,7 @@ cut from the cache, so it only ever holds committed tokens.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -76,6 +77,7 @@ class DraftModelDrafter(Drafter):
             raise ValueError("a parallel draft model drafts chains only")
         self.tree_size = tree_size  # > 0: token trees of up to that many nodes (docs/design.md §14)
         self.tree_width = tree_width
+        self.tree_draws = True  # under sampling its children are drawn from q
         self.lm = lm
         self.mask_token = mask_token  # set: drafts in parallel (PARD)
         self.target_vocab = target_vocab
@@ -127,7 +129,12 @@ class DraftModelDrafter(Drafter):
         return logits
 
     def propose(
-        self, k: int, sampling: SamplingConfig, generator: torch.Generator | None, nodes: int = 0
+        self,
+        k: int,
+        sampling: SamplingConfig,
+        generator: torch.Generator | None,
+        nodes: int = 0,
+        shape: Sequence[int] | None = None,
     ) -> Proposal:
         asked, cut = k, None
         per_depth = self.tree_width if nodes else 1  # positions a depth after the first feeds
@@ -143,7 +150,7 @@ class DraftModelDrafter(Drafter):
         if self.mask_token is not None:
             return self._propose_parallel(k, sampling, generator, cut)
         if nodes:
-            return self._propose_tree(k, sampling, nodes, generator)
+            return self._propose_tree(k, sampling, nodes, generator, shape)
         drafts = Drafts(sampling, generator, self.p_min, cut)
         inp = torch.tensor(self._pending)
         for i in range(k):
@@ -175,7 +182,12 @@ class DraftModelDrafter(Drafter):
         return proposal
 
     def _propose_tree(
-        self, k: int, sampling: SamplingConfig, size: int, generator: torch.Generator | None
+        self,
+        k: int,
+        sampling: SamplingConfig,
+        size: int,
+        generator: torch.Generator | None,
+        shape: Sequence[int] | None = None,
     ) -> Proposal:
         """A token tree of depth <= k (EAGLE-2's growth, `grow`: the top tokens, or under sampling
         children drawn from q): pending runs as usual, then each depth ONE forward over the frontier
@@ -195,7 +207,7 @@ class DraftModelDrafter(Drafter):
 
         first = ranking_distribution(first, sampling)
         tokens, parents, probs, q = grow(
-            first, expand, k, self.tree_width, size, generator, drawn=not sampling.greedy
+            first, expand, k, self.tree_width, size, generator, drawn=not sampling.greedy, shape=shape
         )
         self.lm.rewind(self._cache, len(slots))
         self._drafted = torch.tensor(tokens, dtype=torch.long)

@@ -22,6 +22,7 @@ target added).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -58,6 +59,7 @@ class EagleDrafter(Drafter):
             raise ValueError("a parallel (P-EAGLE) head drafts chains only")
         self.tree_size = tree_size  # > 0: token trees of up to that many nodes (docs/design.md §14)
         self.tree_width = tree_width
+        self.tree_draws = True  # under sampling its children are drawn from q
         self.head = head
         self.lean = lean
         self.p_min = p_min  # end a draft before a token the head gives less than this
@@ -150,7 +152,12 @@ class EagleDrafter(Drafter):
 
     @torch.inference_mode()
     def propose(
-        self, k: int, sampling: SamplingConfig, generator: torch.Generator | None, nodes: int = 0
+        self,
+        k: int,
+        sampling: SamplingConfig,
+        generator: torch.Generator | None,
+        nodes: int = 0,
+        shape: Sequence[int] | None = None,
     ) -> Proposal:
         self._drafted = []
         if not self._true_tokens:  # no feature yet (a one-token prompt): this round is a plain step
@@ -173,7 +180,7 @@ class EagleDrafter(Drafter):
             return self._propose_parallel(states[m - 1 :], sampling, generator)
         state = states[-1:]  # [1, H]
         if nodes:
-            return self._propose_tree(state, k, sampling, nodes, generator)
+            return self._propose_tree(state, k, sampling, nodes, generator, shape)
         drafts = Drafts(sampling, generator, self.p_min)
         for i in range(k):
             token = drafts.take(self._target_logits(head.draft_logits(state, self._target_head)[-1]))
@@ -203,6 +210,7 @@ class EagleDrafter(Drafter):
         sampling: SamplingConfig,
         size: int,
         generator: torch.Generator | None,
+        shape: Sequence[int] | None = None,
     ) -> Proposal:
         """A token tree of depth <= k grown from the root state [1, H] (EAGLE-2's growth, `grow`: the top
         tokens, or under sampling children drawn from q): each depth ONE head step
@@ -225,7 +233,7 @@ class EagleDrafter(Drafter):
 
         first = self._distribution(root, sampling)[0]
         tokens, parents, probs, q = grow(
-            first, expand, k, self.tree_width, size, generator, drawn=not sampling.greedy
+            first, expand, k, self.tree_width, size, generator, drawn=not sampling.greedy, shape=shape
         )
         self._drafted = tokens
         info = self._described(tree=len(tokens))

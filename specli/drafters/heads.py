@@ -23,6 +23,7 @@ Round.info: head ("heads"), target_layers ([L]), parallel (true) and heads (K).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -55,6 +56,7 @@ class HeadsDrafter(Drafter):
         self.p_min = p_min  # end a draft before a token its head gives less than this
         self.tree_size = tree_size  # > 0: token trees of up to that many nodes (docs/design.md §14)
         self.tree_width = tree_width
+        self.tree_draws = True  # under sampling its children are drawn from q
         self.feature_layers = (int(target_model.config.get_text_config().num_hidden_layers),)
         self._lm_head = target_model.get_output_embeddings()
         self._hidden: torch.Tensor | None = None  # [H] the state that produced pending
@@ -80,7 +82,12 @@ class HeadsDrafter(Drafter):
 
     @torch.inference_mode()
     def propose(
-        self, k: int, sampling: SamplingConfig, generator: torch.Generator | None, nodes: int = 0
+        self,
+        k: int,
+        sampling: SamplingConfig,
+        generator: torch.Generator | None,
+        nodes: int = 0,
+        shape: Sequence[int] | None = None,
     ) -> Proposal:
         if self._hidden is None or k < 1:  # no state yet (a one-token prompt): a plain step
             return Proposal.empty()
@@ -89,7 +96,7 @@ class HeadsDrafter(Drafter):
         info = {"head": "heads", "target_layers": list(self.feature_layers), "parallel": True}
         info["heads"] = self.heads.config.num_heads
         if nodes:
-            return self._propose_tree(logits, sampling, generator, nodes, info)
+            return self._propose_tree(logits, sampling, generator, nodes, info, shape)
         drafts = Drafts(sampling, generator, self.p_min)
         for row in logits:  # head i's distribution is d_i's q: none depends on the drafts before it
             if drafts.take(row) is None:
@@ -103,6 +110,7 @@ class HeadsDrafter(Drafter):
         generator: torch.Generator | None,
         size: int,
         info: dict[str, Any],
+        shape: Sequence[int] | None = None,
     ) -> Proposal:
         """Medusa's tree from the heads' logits [k, V]: a node at depth d takes its children from head
         d+1, whatever its ancestors are (the heads read one state)."""
@@ -113,7 +121,14 @@ class HeadsDrafter(Drafter):
             return dists[[at[node] for node in frontier]]  # [w, V]: head d+1 for a node at depth d
 
         tokens, parents, probs, q = grow(
-            dists[0], expand, logits.shape[0], self.tree_width, size, generator, drawn=not sampling.greedy
+            dists[0],
+            expand,
+            logits.shape[0],
+            self.tree_width,
+            size,
+            generator,
+            drawn=not sampling.greedy,
+            shape=shape,
         )
         ids = torch.tensor(tokens, dtype=torch.long)
         return Proposal(ids, q, {**info, "tree": len(tokens)}, parents=parents, probs=probs)

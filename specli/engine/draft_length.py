@@ -34,17 +34,27 @@ prior); its cost is the round's draft time plus the verify line at |S| + 1 token
 the N best nodes for every N (closed under ancestors) and the best chain of every depth; the best
 tokens per second wins, the smaller on a tie.
 
+Under sampling a tree of drawn children (SpecInfer's form) may not be pruned by its own tokens, so its
+shape is chosen BEFORE drafting, from past rounds only (Sequoia's way; `choose_shape`): a node at depth
+d drawn r-th among its siblings ends on the accepted path with probability V(parent) · P(d, r),
+P(d, r) = a(d, r) · Π_{s<r} (1 - a(d, s)), where a(d, r) is the estimated acceptance of the r-th draw
+given the draws before it were refused (a(d, 1) the chain's a_d: a lone draw is a chain's draft). The
+shape grows best-first by that value (at most `width` children a node and expanded nodes a depth), and
+the size with the most expected tokens per second wins; when that shape is a chain, or no better than
+the chain of the round's k, the round drafts the chain.
+
 Pure Python, no torch: the engine feeds it each round's k, times and outcome.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from specli.engine.tree import depths, path_probabilities, path_to, ranked_nodes
+from specli.engine.tree import ROOT, children, depths, path_probabilities, path_to, ranked_nodes
 
 if TYPE_CHECKING:
     from specli.engine.tree import TreeRecord
@@ -63,6 +73,9 @@ TREE_MIN_BIN = -16  # path probabilities below 2^-16 share one bin
 VERIFY_SLOPE = 0.05  # until two lengths were verified: each more token costs 5 % of a verify (a CPU's)
 PRIOR_VERIFY_WEIGHT = 2.0  # a verify time measured at load counts as this many rounds of that length
 PLAIN_RETRY = 16  # plain rounds in a row (a cost model that stopped drafting) before a draft is tried
+RANK_PRIOR = 0.3  # a second draw's acceptance, the first refused, before any was judged
+SHAPE_MARGIN = 1.05  # a drawn tree must promise this much more than the chain: its estimate is noisier
+SHAPE_EXPLORE = 64  # chain rounds in a row before a drawn tree is tried as if it cost no more than a chain
 
 
 @dataclass
@@ -182,6 +195,10 @@ class DraftLength:
     _rounds: int = 0
     _tree_bins: dict[int, list[float]] = field(default_factory=dict)  # score bin -> [accepted, seen], decayed
     _tree_rounds: int = 0
+    _ranks: dict[tuple[int, int], list[float]] = field(default_factory=dict)  # (depth, rank) -> [kept, tried]
+    # rounds of drawn trees: decayed [seconds beyond the chain's costs at the same depth and tokens, nodes]
+    _drawn_extra: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    _shapeless: int = 0  # rounds since a drawn tree was chosen
     trees: TreeChoice = field(default_factory=TreeChoice)  # tree against chain rounds, measured
 
     def __post_init__(self) -> None:
@@ -260,6 +277,12 @@ class DraftLength:
         intercept, slope = self._costs.verify_line()
         return intercept + slope
 
+    def share_trees(self, other: DraftLength) -> None:
+        """Learn trees with `other` from now on (a seeded sampled generation starts its k from the priors
+        but not its trees): the tree-against-chain rounds, the draws' acceptance by depth and rank and
+        what drawn trees cost beyond chains are the same objects, updated by both."""
+        self.trees, self._ranks, self._drawn_extra = other.trees, other._ranks, other._drawn_extra
+
     def use_tree(self) -> bool:
         """Whether this round drafts a tree (the drafter can): always when fixed, else `TreeChoice`."""
         return self.fixed or self.trees.use_tree()
@@ -312,6 +335,98 @@ class DraftLength:
                 best, best_rate = chain, chain_rate
         return sorted(best)
 
+    def rank_acceptance(self, depth: int, rank: int, state: str | None = None) -> float:
+        """a(d, r): P(the r-th child drawn at depth d is accepted | its parent was and the draws before it
+        were refused). Rank 1 is the chain's a_d; a later rank is its decayed share of judged draws at
+        that depth, leaning (PRIOR_WEIGHT) on that rank's share over all depths (`_rank_prior`)."""
+        if rank == 1:
+            return self.accept_probs(state)[depth - 1]
+        return self._rank_estimate(depth, rank, self._rank_prior(rank))
+
+    def _rank_estimate(self, depth: int, rank: int, prior: float) -> float:
+        kept, judged = self._ranks.get((depth, rank), (0.0, 0.0))
+        return (kept + prior * PRIOR_WEIGHT) / (judged + PRIOR_WEIGHT)
+
+    def _rank_prior(self, rank: int) -> float:
+        """A rank's pooled acceptance over all depths, starting from the rank before it (rank 2: from
+        RANK_PRIOR): a later draw is rarely kept more often than the one before it."""
+        start = RANK_PRIOR if rank == 2 else self._rank_prior(rank - 1)
+        pooled = [entry for (_, r), entry in self._ranks.items() if r == rank]
+        kept = sum(entry[0] for entry in pooled)
+        return (kept + start * POOLED_WEIGHT) / (sum(entry[1] for entry in pooled) + POOLED_WEIGHT)
+
+    def choose_shape(
+        self, k: int, budget: int, width: int, size: int, state: str | None = None
+    ) -> list[int] | None:
+        """The shape of this round's tree of drawn children (parents of a rank tree, `grow_shaped_tree`),
+        or None when the chain of k (the round's `choose`) is expected to pay as much (module
+        docstring). At most `size` nodes, depth min(max_k, budget - 1), `width` children a node and
+        `width` nodes expanded a depth. A node costs the chain's verify slope plus what drawn trees
+        measured beyond the chain's costs, per node (left out after SHAPE_EXPLORE rounds without a
+        tree, so an estimate from a few early trees is retried). Before the costs are measured: None."""
+        cap = min(self.max_k, budget - 1)
+        if k < 1 or cap < 1 or width < 2 or not self._costs.seen:
+            return None
+        self._shapeless += 1
+        explore = self._shapeless > SHAPE_EXPLORE  # the extra cost is re-measured now and then
+        shape = self._best_first(cap, width, size, state)
+        intercept, slope = self._costs.verify_line()
+        extra_sum, extra_nodes = self._drawn_extra
+        if extra_nodes > 1e-9 and not explore:  # what a drawn tree's node costs beyond a chain's
+            slope += max(0.0, extra_sum) / extra_nodes
+        best, best_rate, value = 0, 0.0, 0.0
+        deepest = 0
+        for n, (_, node_value, depth) in enumerate(shape, 1):
+            value += node_value
+            deepest = max(deepest, depth)
+            rate = (1.0 + value) / max(self._costs.draft(deepest) + intercept + slope * (n + 1), 1e-12)
+            if rate > best_rate:
+                best, best_rate = n, rate
+        parents = [parent for parent, _, _ in shape[:best]]
+        chain = self.expected_tokens(k, state) / max(self._costs.round_times(k)[-1], 1e-12)
+        if best_rate <= chain * SHAPE_MARGIN or all(len(kids) <= 1 for kids in children(parents)):
+            return None
+        self._shapeless = 0
+        return parents
+
+    def _best_first(self, cap: int, width: int, size: int, state: str | None) -> list[tuple[int, float, int]]:
+        """Up to `size` shape nodes, best first: (parent, value V, depth), each after its parent and its
+        earlier siblings. V(node) = V(parent) · P(depth, rank)."""
+        firsts = self.accept_probs(state)  # a(d, 1)
+        priors = {rank: self._rank_prior(rank) for rank in range(2, width + 1)}
+        memo: dict[tuple[int, int], float] = {}
+
+        def accept(depth: int, rank: int) -> float:  # a(d, r), as `rank_acceptance`
+            return firsts[depth - 1] if rank == 1 else self._rank_estimate(depth, rank, priors[rank])
+
+        def share(depth: int, rank: int) -> float:  # P(d, r): the r-th draw is the one accepted
+            if (depth, rank) not in memo:
+                refused = 1.0
+                for r in range(1, rank):
+                    refused *= 1.0 - accept(depth, r)
+                memo[depth, rank] = refused * accept(depth, rank)
+            return memo[depth, rank]
+
+        out: list[tuple[int, float, int]] = []
+        expanded: dict[int, set[int]] = {}  # depth -> the parents given children there
+        heap = [(-share(1, 1), 0, ROOT, 1, 1, 1.0)]  # (-V, tiebreak, parent, depth, rank, V(parent))
+        ties = 1
+        while heap and len(out) < size:
+            negative, _, parent, depth, rank, base = heapq.heappop(heap)
+            at_depth = expanded.setdefault(depth, set())
+            if parent not in at_depth and len(at_depth) >= width:
+                continue  # this depth expands `width` nodes already
+            at_depth.add(parent)
+            node = len(out)
+            out.append((parent, -negative, depth))
+            if rank < width:  # its next sibling
+                heapq.heappush(heap, (-base * share(depth, rank + 1), ties, parent, depth, rank + 1, base))
+                ties += 1
+            if depth < cap:  # its first child
+                heapq.heappush(heap, (negative * share(depth + 1, 1), ties, node, depth + 1, 1, -negative))
+                ties += 1
+        return out
+
     def observe_tree(self, tree: TreeRecord) -> None:
         """A verified tree round: each node's score bin learns whether it ended on the accepted path."""
         for entry in self._tree_bins.values():
@@ -332,18 +447,55 @@ class DraftLength:
         verify_time: float,
         state: str | None = None,
         verified: int | None = None,
+        tree: TreeRecord | None = None,
     ) -> None:
         """One verified round: how many were drafted (a tree's depth) and kept, what drafting and
-        verifying took, and how many tokens the verify forward ran (default drafted + 1)."""
+        verifying took, and how many tokens the verify forward ran (default drafted + 1). A tree of drawn
+        children (`tree.sampled`) teaches each draw's acceptance by depth and rank instead (`rank_outcomes`:
+        its first draws are a chain's drafts)."""
         kept, judged = self._counts(state)
         for i in range(self.max_k):  # every position fades: one not drafted for long drifts to the prior
             judged[i] *= DECAY
             kept[i] *= DECAY
-        for i in range(min(drafted, accepted + 1, self.max_k)):  # positions the target judged
-            judged[i] += 1.0
-            kept[i] += float(i < accepted)
-        self._costs.add(drafted, draft_time, verify_time, verified)
+        if tree is not None and tree.sampled:
+            outcomes = rank_outcomes(tree)
+            for entry in self._ranks.values():
+                entry[0] *= TREE_DECAY
+                entry[1] *= TREE_DECAY
+            for depth, rank, ok in outcomes:
+                if rank == 1 and depth <= self.max_k:
+                    judged[depth - 1] += 1.0
+                    kept[depth - 1] += float(ok)
+                elif rank > 1:
+                    entry = self._ranks.setdefault((depth, rank), [0.0, 0.0])
+                    entry[0] += float(ok)
+                    entry[1] += 1.0
+        else:
+            for i in range(min(drafted, accepted + 1, self.max_k)):  # positions the target judged
+                judged[i] += 1.0
+                kept[i] += float(i < accepted)
+        if tree is not None and tree.sampled:  # wider drafts, a masked verify: priced as extra per node
+            if self._costs.seen:
+                intercept, slope = self._costs.verify_line()
+                chain = self._costs.draft(drafted) + intercept + slope * (tree.size + 1)
+                self._drawn_extra[0] = self._drawn_extra[0] * TREE_DECAY + (draft_time + verify_time - chain)
+                self._drawn_extra[1] = self._drawn_extra[1] * TREE_DECAY + tree.size
+        else:
+            self._costs.add(drafted, draft_time, verify_time, verified)
         self._rounds += drafted > 0
+
+
+def rank_outcomes(tree: TreeRecord) -> list[tuple[int, int, bool]]:
+    """The judged draws of a verified tree: (depth, rank among its siblings, accepted) for each child of
+    the root and of the accepted path's nodes that the target tried."""
+    rows = children(tree.parents)
+    out = []
+    for depth, parent in enumerate([ROOT, *tree.path], 1):
+        for rank, node in enumerate(rows[parent + 1], 1):
+            if tree.status[node] == "unjudged":
+                break
+            out.append((depth, rank, tree.status[node] == "accepted"))
+    return out
 
 
 def _score_bin(score: float) -> int:

@@ -14,7 +14,7 @@ target's hidden states from every target forward: EAGLE).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,6 +120,10 @@ class Drafter(ABC):
       `commit_tree(path, token)` instead of `commit`. A feature-reading drafter observes the features
       of the root (pending) and of the accepted path's nodes only, in that order, after verification
       and before `commit_tree`.
+    - `tree_draws`: under sampling its trees' children are DRAWN from its q (draft model, EAGLE, heads),
+      so the cost model cannot prune them after drafting: it chooses their shape before
+      (`DraftLength.choose_shape`), and `propose(k, .., nodes=tree_size, shape=parents)` must grow that
+      shape (`engine.tree.grow(.., shape=shape)`).
     - `shares_target_cache`: it drafts inside the target's own cache and computes the verify forward
       itself (self). The engine calls `attach(cache)` after the prefill and, every round (k >= 0
       drafted tokens), `verify_forward(ids [k+1], cache) -> logits [k+1, V]` instead of the target's
@@ -136,6 +140,8 @@ class Drafter(ABC):
     feature_layers: tuple[int, ...] = ()
     shares_target_cache: bool = False
     tree_size: int = 0
+    tree_width: int = 2
+    tree_draws: bool = False
 
     @abstractmethod
     def reset(self, prompt_ids: list[int]) -> None:
@@ -143,10 +149,16 @@ class Drafter(ABC):
 
     @abstractmethod
     def propose(
-        self, k: int, sampling: SamplingConfig, generator: torch.Generator | None, nodes: int = 0
+        self,
+        k: int,
+        sampling: SamplingConfig,
+        generator: torch.Generator | None,
+        nodes: int = 0,
+        shape: Sequence[int] | None = None,
     ) -> Proposal:
         """Propose up to k tokens continuing everything committed so far; nodes > 0 (a drafter with a
-        tree_size, only): a token tree of depth <= k and up to that many nodes instead of a chain."""
+        tree_size, only): a token tree of depth <= k and up to that many nodes instead of a chain; shape
+        (a drafter with tree_draws, under sampling): the rank tree its draws follow."""
 
     @abstractmethod
     def commit(self, accepted: int, token: int) -> None:

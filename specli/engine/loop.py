@@ -83,9 +83,13 @@ def generate_rounds(
         state = drafter.draft_state if drafter is not None else None  # acceptance is estimated per state
         k, why = length.choose(budget, state) if length is not None else (0, "")
 
-        tree = k > 0 and drafter is not None and drafter.tree_size > 0 and length.use_tree()
+        tree, shape = _tree_round(drafter, length, k, budget, state, config)
         t0 = perf_counter()  # draft
-        if tree:  # a token tree of depth <= k this round (docs/design.md §14)
+        if shape is not None:  # drawn children in the shape the cost model chose (docs/design.md §14)
+            proposal = drafter.propose(
+                max(depths(shape)), config.sampling, draft_generator, nodes=len(shape), shape=shape
+            )
+        elif tree:  # a token tree of depth <= k this round
             proposal = drafter.propose(k, config.sampling, draft_generator, nodes=drafter.tree_size)
         else:
             proposal = drafter.propose(k, config.sampling, draft_generator) if k > 0 else Proposal.empty()
@@ -112,7 +116,13 @@ def generate_rounds(
         t2 = perf_counter()
         if length is not None:
             length.observe(
-                depth, verdict.accepted, t1 - t0, t2 - t1, state, verified=len(verdict.drafted) + 1
+                depth,
+                verdict.accepted,
+                t1 - t0,
+                t2 - t1,
+                state,
+                verified=len(verdict.drafted) + 1,
+                tree=verdict.tree,
             )
             if verdict.tree is not None:
                 length.observe_tree(verdict.tree)
@@ -156,6 +166,26 @@ def new_draft_length(target: TargetModel, drafter: Drafter, config: EngineConfig
         skip=drafter.model_free,
         state_priors=drafter.state_priors,
     )
+
+
+def _tree_round(
+    drafter: Drafter | None,
+    length: DraftLength | None,
+    k: int,
+    budget: int,
+    state: str | None,
+    config: EngineConfig,
+) -> tuple[bool, list[int] | None]:
+    """Whether this round drafts a tree, and the shape of its drawn children (docs/design.md §14): a
+    drafter whose children are drawn under sampling gets the shape the cost model chooses from past
+    rounds (None: the chain pays as much), unless --fixed-k grows the full tree; otherwise the measured
+    choice between tree and chain rounds (`DraftLength.use_tree`)."""
+    if k < 1 or drafter is None or length is None or drafter.tree_size < 1:
+        return False, None
+    if drafter.tree_draws and not config.sampling.greedy and not length.fixed:
+        shape = length.choose_shape(k, budget, drafter.tree_width, drafter.tree_size, state)
+        return shape is not None, shape
+    return length.use_tree(), None
 
 
 def _verify_tree(

@@ -217,9 +217,14 @@ def grow(
     generator: torch.Generator | None,
     *,
     drawn: bool,
+    shape: Sequence[int] | None = None,
 ) -> tuple[list[int], list[int], list[float], torch.Tensor | None]:
     """A drafter's token tree -> (tokens, parents, probs, q): under sampling (`drawn`) children drawn from
-    its distributions (`grow_sampled_tree`, q [N+1, V]), else its top tokens (`grow_tree`, q None)."""
+    its distributions (`grow_sampled_tree`, q [N+1, V]; `shape`: the draws follow that rank tree,
+    `grow_shaped_tree`), else its top tokens (`grow_tree`, q None)."""
+    if drawn and shape is not None:  # deeper than this drafter drafts now: cut
+        keep = [node for node, d in enumerate(depths(shape)) if d <= depth]
+        return grow_shaped_tree(first, expand, subtree(shape, keep), generator)
     if drawn:
         return grow_sampled_tree(first, expand, depth, width, size, generator)
     return (*grow_tree(first, expand, depth, width, size), None)
@@ -246,19 +251,59 @@ def grow_sampled_tree(
     follows creation order, which depends on earlier nodes only; so each node's children are a prefix of
     its draws, as many as its ancestors and earlier siblings decided. No ranking of the drawn nodes (the
     cost model's `choose_nodes`) may prune such a tree."""
-    import torch
-
     growth = TreeGrowth()
     rows: dict[int, torch.Tensor] = {}  # node (ROOT too) -> the distribution its children were drawn from
-    growth.newest = _add_drawn(growth, [ROOT], first.float()[None], width, generator, rows)
+    growth.newest = _add_drawn(growth, [ROOT], first.float()[None], [width], generator, rows)[0]
     for _ in range(1, depth):
         room = size - len(growth.tokens)
         frontier = growth.frontier(width)[: -(-room // width)] if room > 0 else []
         if not frontier:
             break
         probs = expand(frontier, growth).float()  # [w, V]
-        growth.newest = _add_drawn(growth, frontier, probs, width, generator, rows)
-    n = min(size, len(growth.tokens))
+        made = _add_drawn(growth, frontier, probs, [width] * len(frontier), generator, rows)
+        growth.newest = [node for nodes in made for node in nodes]
+    return _drawn_tree(growth, min(size, len(growth.tokens)), rows, first)
+
+
+def grow_shaped_tree(
+    first: torch.Tensor,
+    expand: Callable[[list[int], TreeGrowth], torch.Tensor],
+    shape: Sequence[int],
+    generator: torch.Generator | None,
+) -> tuple[list[int], list[int], list[float], torch.Tensor]:
+    """A tree of drawn children laid out as `shape` (the parents of a rank tree: a shape node's children,
+    in order, are its parent's 1st, 2nd, .. draw; the cost model's `DraftLength.choose_shape`) -> as
+    `grow_sampled_tree`. Each node that has children in the shape draws that many from its q, depth by
+    depth (one `expand` per depth over those nodes); a draw past q's support leaves its shape node (and
+    what hangs below it) out.
+
+    Lossless as the shape was fixed before any draw: every node's children are a prefix of its draws."""
+    check_parents(shape)
+    wanted = children(shape)  # [row] -> shape nodes, in draw order
+    growth = TreeGrowth()
+    rows: dict[int, torch.Tensor] = {}
+    placed: dict[int, int] = {ROOT: ROOT}  # shape node -> drawn node
+    growing = [ROOT] if wanted[0] else []  # shape nodes placed and with children in the shape, one depth
+    while growing:
+        frontier = [placed[node] for node in growing]
+        root = frontier == [ROOT]
+        probs = first.float()[None] if root else expand(frontier, growth).float()  # [w, V]
+        counts = [len(wanted[node + 1]) for node in growing]
+        made_by = _add_drawn(growth, frontier, probs, counts, generator, rows)
+        for node, made in zip(growing, made_by, strict=True):
+            placed.update(zip(wanted[node + 1], made, strict=False))  # a short draw leaves the last out
+        level = [child for node in growing for child in wanted[node + 1]]
+        growing = [node for node in level if node in placed and wanted[node + 1]]
+    return _drawn_tree(growth, len(growth.tokens), rows, first)
+
+
+def _drawn_tree(
+    growth: TreeGrowth, n: int, rows: dict[int, torch.Tensor], first: torch.Tensor
+) -> tuple[list[int], list[int], list[float], torch.Tensor]:
+    """The first n nodes of a drawn growth -> (tokens, parents, probs, q [n+1, V]: each expanded node's
+    distribution at its row, zeros elsewhere)."""
+    import torch
+
     q = first.new_zeros(n + 1, first.shape[-1], dtype=torch.float32)  # [N+1, V]
     for node, dist in rows.items():
         if node < n:
@@ -270,23 +315,24 @@ def _add_drawn(
     growth: TreeGrowth,
     parents: list[int],
     probs: torch.Tensor,
-    width: int,
+    counts: list[int],
     generator: torch.Generator | None,
     rows: dict[int, torch.Tensor],
-) -> list[int]:
-    """Give each of `parents` up to `width` children drawn without replacement from its row of probs
-    [w, V] (kept in `rows`) -> the nodes added. One host sync."""
+) -> list[list[int]]:
+    """Give each of `parents` up to counts[row] children drawn without replacement from its row of probs
+    [w, V] (kept in `rows`) -> each parent's new nodes, in draw order. One host sync."""
     import torch
 
     from specli.engine.sampling import sample_distinct
 
-    ids, drawn = sample_distinct(probs, width, generator)  # [w, width]
+    ids, drawn = sample_distinct(probs, max(counts), generator)  # [w, max(counts)]
     host = torch.stack([ids.to(probs.dtype), probs.gather(-1, ids), drawn.to(probs.dtype)]).tolist()
-    added: list[int] = []
+    added: list[list[int]] = []
     for row, parent in enumerate(parents):
         rows[parent] = probs[row]
-        kept = [(int(i), q) for i, q, ok in zip(*(part[row] for part in host), strict=True) if ok]
-        added += growth.add_children(parent, [i for i, _ in kept], [q for _, q in kept])
+        draws = zip(*(part[row][: counts[row]] for part in host), strict=True)
+        kept = [(int(i), q) for i, q, ok in draws if ok]
+        added.append(growth.add_children(parent, [i for i, _ in kept], [q for _, q in kept]))
     return added
 
 

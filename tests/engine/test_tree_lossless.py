@@ -21,12 +21,14 @@ from test_lossless_sampling import (
 )
 
 import specli.drafters.draft_model as draft_module
+import specli.engine.tree as tree_module
 import specli.engine.verify as verify_module
 from specli.drafters.draft_model import DraftModelDrafter
+from specli.engine.draft_length import DraftLength
 from specli.engine.loop import EngineConfig, generate_rounds
 from specli.engine.sampling import SamplingConfig, sample
 from specli.engine.stopping import StopCriteria
-from specli.engine.tree import children, grow
+from specli.engine.tree import children, depths, grow, subtree
 from specli.engine.verify import (
     Verdict,
     _tree_verdict,
@@ -191,3 +193,58 @@ def test_control_drawn_children_without_residuals_fail_the_same_test(models, mon
     monkeypatch.setattr(verify_module, "verify_tree_sampled", sampled_without_residuals)
     observed, _ = tree_counts(target, draft, cfg, width=3, size=3, tokens=2, runs=RUNS)
     assert g_test_pvalue(observed, exact_joint(target, cfg)) < 1e-6
+
+
+ASYMMETRIC = [-1, -1, -1, 0, 1, 1]  # the root draws 3, its 1st draw 1 more, its 2nd draw 2
+
+
+def shaped_counts(
+    target, draft, cfg: SamplingConfig, runs: int, monkeypatch, exact_shape: bool = True
+) -> torch.Tensor:
+    """Counts of the first 3 tokens over `runs` seeds when the cost model (not fixed: the loop's own
+    path) chooses the asymmetric shape above for every drawn tree, cut to the round's budget."""
+
+    def always(self, k, budget, width, size, state=None):
+        keep = [node for node, d in enumerate(depths(ASYMMETRIC)) if d <= budget - 1]
+        return subtree(ASYMMETRIC, keep) if keep else None
+
+    monkeypatch.setattr(DraftLength, "choose_shape", always)
+    lm = CachedLM(target)
+    drafter = DraftModelDrafter(CachedLM(draft), V, tree_size=len(ASYMMETRIC), tree_width=3)
+    counts = torch.zeros((V,) * 3)
+    for seed in range(runs):
+        config = EngineConfig(max_new_tokens=3, num_draft_tokens=3, sampling=cfg, seed=seed)
+        rounds = list(generate_rounds(lm, drafter, PROMPT, config, StopCriteria(set())))
+        assert rounds[0].tree is not None and (rounds[0].tree.parents == ASYMMETRIC or not exact_shape)
+        out = [t for r in rounds for t in r.committed]
+        counts[tuple(out[:3])] += 1
+    return counts
+
+
+def test_first_three_tokens_follow_the_target_through_trees_of_a_chosen_shape(models, monkeypatch):
+    """A shape the cost model chose before drafting (`choose_shape`), filled by the draws: lossless."""
+    target, draft = models
+    cfg = CONFIGS["top-k 3"]
+    observed = shaped_counts(target, draft, cfg, RUNS_DEEP, monkeypatch)
+    assert g_test_pvalue(observed, exact_joint3(target, cfg)) > 1e-3
+
+
+def test_control_a_shape_pruned_by_its_draws_fails_the_same_test(models, monkeypatch):
+    """Catches what choosing the shape before drafting avoids: dropping drawn nodes by their own draft
+    probability (here every draw below 0.3, with what hangs below it) biases the output."""
+    real = tree_module.grow_shaped_tree
+
+    def pruned(first, expand, shape, generator):
+        tokens, parents, probs, q = real(first, expand, shape, generator)
+        keep: list[int] = []
+        for node, parent in enumerate(parents):
+            if probs[node] >= 0.3 and (parent == -1 or parent in keep):
+                keep.append(node)
+        rows = [0] + [node + 1 for node in keep]
+        return [tokens[i] for i in keep], subtree(parents, keep), [probs[i] for i in keep], q[rows]
+
+    monkeypatch.setattr(tree_module, "grow_shaped_tree", pruned)
+    target, draft = models
+    cfg = CONFIGS["top-k 3"]
+    observed = shaped_counts(target, draft, cfg, RUNS_DEEP, monkeypatch, exact_shape=False)
+    assert g_test_pvalue(observed, exact_joint3(target, cfg)) < 1e-6
