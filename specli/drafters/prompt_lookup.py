@@ -22,6 +22,7 @@ rejected draft needs no rewind.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +31,7 @@ import torch
 from specli.drafters.suffix_index import Continuation, SuffixIndex
 from specli.engine.drafter import Drafter, Proposal
 from specli.engine.sampling import SamplingConfig
-from specli.engine.tree import ROOT, TreeGrowth, subtree
+from specli.engine.tree import ROOT, TreeGrowth, grow, subtree
 from specli.strategies import LOOKUP_NGRAM_MAX
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 # draft_state by the length of the suffix the first drafted token was matched by: (shortest length, label)
 MATCH_STATES = ((16, "match 16+"), (8, "match 8-15"), (4, "match 4-7"), (2, "match 2-3"), (1, "match 1"))
 NO_MATCH = "no match"
+DRAWN_FOLLOWERS = 64  # the most followers a drawn tree's node draws among (its q's support)
 # each state's acceptance before its rounds are measured, from greedy continuations of the engine
 # bench's 12 prompts (SmolLM2-135M and Gemma 3 270M, 16 drafted a round: the first draft was kept in
 # 18-36 % of the rounds after a one-token match, 58-70 % after 2-3 tokens, 80-100 % after 4-15 and
@@ -95,11 +97,14 @@ class PromptLookupDrafter(Drafter):
         ngram_max: int = LOOKUP_NGRAM_MAX,
         tree_size: int = 0,
         tree_width: int = 2,
+        vocab_size: int = 0,
     ) -> None:
         self.ngram_min = ngram_min
         self.ngram_max = ngram_max
         self.tree_size = tree_size  # > 0: token trees of up to that many nodes (docs/design.md §14)
         self.tree_width = tree_width
+        self.vocab_size = vocab_size  # the target's: rows of q for drawn children
+        self.tree_draws = vocab_size > 0  # under sampling its children are drawn from its statistics
         self._index = SuffixIndex(ngram_min, ngram_max)
         self._drafted: list[int] = []
 
@@ -115,8 +120,15 @@ class PromptLookupDrafter(Drafter):
         return match_state(found.length if found is not None else None)
 
     def propose(
-        self, k: int, sampling: SamplingConfig, generator: torch.Generator | None, nodes: int = 0
+        self,
+        k: int,
+        sampling: SamplingConfig,
+        generator: torch.Generator | None,
+        nodes: int = 0,
+        shape: Sequence[int] | None = None,
     ) -> Proposal:
+        if nodes and k > 0 and self.tree_draws and not sampling.greedy:
+            return self._propose_drawn_tree(k, nodes, generator, shape)
         if nodes and k > 0:
             return self._propose_tree(k, nodes)
         drafted = self._index.draft(k) if k > 0 else []
@@ -156,6 +168,41 @@ class PromptLookupDrafter(Drafter):
             torch.tensor(self._drafted, dtype=torch.long), info=info, parents=parents, probs=probs
         )
 
+    def _propose_drawn_tree(
+        self, k: int, size: int, generator: torch.Generator | None, shape: Sequence[int] | None
+    ) -> Proposal:
+        """Under sampling: a tree whose children are DRAWN (without replacement) from the lookup's own
+        statistics, q = the shares `followers` gives the tokens that followed the node's longest matched
+        suffix (and, escaped, the shorter ones'), normalised; judged by the multi-candidate rule
+        (`engine.tree.grow`; `shape` as the cost model chose it). Nothing matched: no draft."""
+        index = self._index
+        matches = {ROOT: index.tail}
+
+        def statistics(node: int) -> torch.Tensor:  # [V] the node's followers' shares, normalised
+            row = torch.zeros(self.vocab_size)
+            found = index.followers(matches[node], DRAWN_FOLLOWERS)
+            if found:
+                row[[token for token, _ in found]] = torch.tensor([share for _, share in found])
+                row /= row.sum()
+            return row
+
+        def expand(frontier: list[int], growth: TreeGrowth) -> torch.Tensor:
+            for node in frontier:
+                matches[node] = index.step(matches[growth.parents[node]], growth.tokens[node])
+            return torch.stack([statistics(node) for node in frontier])  # [w, V]
+
+        first = statistics(ROOT)
+        info = draft_info(index.draft(1), len(index))
+        if not first.any():
+            self._drafted = []
+            return Proposal(torch.empty(0, dtype=torch.long), info=info | {"tree": 0}, cut="match")
+        tokens, parents, probs, q = grow(
+            first, expand, k, self.tree_width, size, generator, drawn=True, shape=shape
+        )
+        self._drafted = tokens
+        ids = torch.tensor(tokens, dtype=torch.long)
+        return Proposal(ids, q, info | {"tree": len(tokens)}, parents=parents, probs=probs)
+
     def commit(self, accepted: int, token: int) -> None:
         self._commit(self._drafted[:accepted], token)
 
@@ -172,4 +219,10 @@ def build(context: DraftContext, length: int) -> PromptLookupDrafter:
     """Strategy lookup's drafter (the strategy table's factory): an index of prompt + output with the
     settings' n-gram orders; it needs no model."""
     settings = context.settings
-    return PromptLookupDrafter(settings.ngram_min, settings.ngram_max, settings.tree, settings.tree_width)
+    return PromptLookupDrafter(
+        settings.ngram_min,
+        settings.ngram_max,
+        settings.tree,
+        settings.tree_width,
+        vocab_size=context.target.vocab_size,
+    )

@@ -145,10 +145,11 @@ def sampling_target():
     return make_model("llama", V, layers=3, hidden=32, seed=21, init_range=0.6, eos_token_id=None)
 
 
-@pytest.mark.parametrize("strategy", ["lookup", "lookup tree", "self"])
+@pytest.mark.parametrize("strategy", ["lookup", "lookup tree", "lookup drawn tree", "self"])
 def test_sampling_follows_the_target_distribution(sampling_target, strategy):
     """The G-test on the first two tokens; lookup drafts the passage its longest match pins (4: the
-    budget of two tokens leaves one draft), and as a tree also the branches the text took."""
+    budget of two tokens leaves one draft), and as a tree also the branches the text took: its top
+    followers (no vocabulary given) or, as `build` makes it, followers drawn from their shares."""
     cfg = SamplingConfig(1.0, top_k=6)
     first, fixed = None, False
     if strategy == "lookup":
@@ -156,6 +157,9 @@ def test_sampling_follows_the_target_distribution(sampling_target, strategy):
     elif strategy == "lookup tree":
         prompt, fixed, first = LOOKUP_PROMPT, True, [4, 6]  # 6: after the shorter match "1 5 2"
         make = lambda: PromptLookupDrafter(tree_size=4, tree_width=2)  # noqa: E731
+    elif strategy == "lookup drawn tree":  # q: 4 and 6 (escaped from "1 5 2"), drawn in either order
+        prompt, fixed, first = LOOKUP_PROMPT, True, [4, 6]
+        make = lambda: PromptLookupDrafter(tree_size=4, tree_width=2, vocab_size=V)  # noqa: E731
     else:
         stack = LayerStack(sampling_target)
         prompt, make = [1, 5, 2, 7, 3], lambda: SelfSpeculativeDrafter(stack, 1)

@@ -354,6 +354,33 @@ def test_lookup_trees_branch_where_the_text_did():
     assert drafter._index.tokens[-2:] == [d, f]
 
 
+def test_lookup_draws_its_childrens_tokens_from_its_statistics_under_sampling():
+    """With the target's vocabulary (as `build` gives it) and sampling, the root's children are drawn
+    from the followers' shares (c 2/3, d 1/3): q's row 0 is those shares, row i + 1 node i's, and c
+    is drawn first about 2/3 of the time; greedy still takes the top followers."""
+    from specli.drafters.prompt_lookup import PromptLookupDrafter
+
+    a, b, c, d, e, f = 10, 11, 12, 13, 14, 15
+    text = [a, b, c, e, 1, a, b, d, f, 2, a, b, c, e, 3, a, b]
+    firsts = []
+    for seed in range(300):
+        drafter = PromptLookupDrafter(ngram_min=1, ngram_max=2, tree_size=8, tree_width=2, vocab_size=20)
+        drafter.reset(text)
+        gen = torch.Generator().manual_seed(seed)
+        proposal = drafter.propose(2, SamplingConfig(temperature=1.0), gen, nodes=8)
+        tokens, parents, q = proposal.ids.tolist(), proposal.parents, proposal.q
+        assert q is not None and q.shape == (len(tokens) + 1, 20)
+        assert q[0, [c, d]].tolist() == pytest.approx([2 / 3, 1 / 3]) and q[0].sum() == pytest.approx(1.0)
+        root_kids = [i for i, parent in enumerate(parents) if parent == -1]
+        assert sorted(tokens[i] for i in root_kids) == [c, d]
+        for node in root_kids:  # each branch continues its own passage: e after c, f after d
+            assert q[node + 1, e if tokens[node] == c else f] == pytest.approx(1.0)
+        firsts.append(tokens[root_kids[0]])
+    assert 0.58 < firsts.count(c) / len(firsts) < 0.75
+    greedy = PromptLookupDrafter(ngram_min=1, ngram_max=2, tree_size=8, tree_width=2, vocab_size=20)
+    assert _first_proposal(greedy, text, 2).q is None
+
+
 def test_lookup_trees_decode_exactly_as_generate(tree_pair):
     pair = tree_pair
     prompt = "def add(a, b):\n    return a + b\n\ndef add(a, b):\n    return a"
