@@ -140,6 +140,14 @@ MUTANTS = [
         tests=["test_tree_shape.py", "test_tree_lossless.py -k chosen_shape"],
     ),
     dict(
+        id="lookup-drawn-q-unnormalised", area="drafters/prompt_lookup", lossy=True,
+        why="lookup's drawn children judged against its followers' raw shares (escaped weights sum below "
+            "1), not the normalised q they were drawn from",
+        old="                row /= row.sum()",
+        new="                pass",
+        tests=["test_strategies.py -k 'drawn'"],
+    ),
+    dict(
         id="stopping-eos-dropped", area="engine/stopping", lossy=True,
         why="the EOS token is cut with what follows it (transformers keeps it)",
         old="end, reason = i + 1, StopReason.EOS",
