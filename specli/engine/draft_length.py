@@ -74,7 +74,7 @@ VERIFY_SLOPE = 0.05  # until two lengths were verified: each more token costs 5 
 PRIOR_VERIFY_WEIGHT = 2.0  # a verify time measured at load counts as this many rounds of that length
 PLAIN_RETRY = 16  # plain rounds in a row (a cost model that stopped drafting) before a draft is tried
 RANK_PRIOR = 0.3  # a second draw's acceptance, the first refused, before any was judged
-SHAPE_MARGIN = 1.05  # a drawn tree must promise this much more than the chain: its estimate is noisier
+SHAPE_MARGIN = 1.15  # a drawn tree must promise this much more than the chain: its estimate is noisier
 SHAPE_EXPLORE = 64  # chain rounds in a row before a drawn tree is tried as if it cost no more than a chain
 
 
@@ -169,6 +169,20 @@ class TreeChoice:
 
 
 @dataclass
+class DrawnTrees:
+    """What rounds of drawn-children trees taught (`DraftLength.choose_shape`), kept by a pair across
+    its generations: per (depth, rank) the decayed [kept, tried] draws; the decayed seconds those trees
+    took beyond a chain round's fixed part (the chain's draft time at their depth and its verify
+    intercept) and the tokens they verified, whose ratio prices a tree's verified token; and how many
+    such trees were verified."""
+
+    ranks: dict[tuple[int, int], list[float]] = field(default_factory=dict)
+    seconds: float = 0.0
+    tokens: float = 0.0
+    rounds: int = 0
+
+
+@dataclass
 class DraftLength:
     """Chooses each round's k; `observe` every round (engine-side, after verification).
 
@@ -195,9 +209,7 @@ class DraftLength:
     _rounds: int = 0
     _tree_bins: dict[int, list[float]] = field(default_factory=dict)  # score bin -> [accepted, seen], decayed
     _tree_rounds: int = 0
-    _ranks: dict[tuple[int, int], list[float]] = field(default_factory=dict)  # (depth, rank) -> [kept, tried]
-    # rounds of drawn trees: decayed [seconds beyond the chain's costs at the same depth and tokens, nodes]
-    _drawn_extra: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    drawn: DrawnTrees = field(default_factory=DrawnTrees)  # trees of drawn children, measured
     _shapeless: int = 0  # rounds since a drawn tree was chosen
     trees: TreeChoice = field(default_factory=TreeChoice)  # tree against chain rounds, measured
 
@@ -281,7 +293,7 @@ class DraftLength:
         """Learn trees with `other` from now on (a seeded sampled generation starts its k from the priors
         but not its trees): the tree-against-chain rounds, the draws' acceptance by depth and rank and
         what drawn trees cost beyond chains are the same objects, updated by both."""
-        self.trees, self._ranks, self._drawn_extra = other.trees, other._ranks, other._drawn_extra
+        self.trees, self.drawn = other.trees, other.drawn
 
     def use_tree(self) -> bool:
         """Whether this round drafts a tree (the drafter can): always when fixed, else `TreeChoice`."""
@@ -344,14 +356,14 @@ class DraftLength:
         return self._rank_estimate(depth, rank, self._rank_prior(rank))
 
     def _rank_estimate(self, depth: int, rank: int, prior: float) -> float:
-        kept, judged = self._ranks.get((depth, rank), (0.0, 0.0))
+        kept, judged = self.drawn.ranks.get((depth, rank), (0.0, 0.0))
         return (kept + prior * PRIOR_WEIGHT) / (judged + PRIOR_WEIGHT)
 
     def _rank_prior(self, rank: int) -> float:
         """A rank's pooled acceptance over all depths, starting from the rank before it (rank 2: from
         RANK_PRIOR): a later draw is rarely kept more often than the one before it."""
         start = RANK_PRIOR if rank == 2 else self._rank_prior(rank - 1)
-        pooled = [entry for (_, r), entry in self._ranks.items() if r == rank]
+        pooled = [entry for (_, r), entry in self.drawn.ranks.items() if r == rank]
         kept = sum(entry[0] for entry in pooled)
         return (kept + start * POOLED_WEIGHT) / (sum(entry[1] for entry in pooled) + POOLED_WEIGHT)
 
@@ -361,19 +373,24 @@ class DraftLength:
         """The shape of this round's tree of drawn children (parents of a rank tree, `grow_shaped_tree`),
         or None when the chain of k (the round's `choose`) is expected to pay as much (module
         docstring). At most `size` nodes, depth min(max_k, budget - 1), `width` children a node and
-        `width` nodes expanded a depth. A node costs the chain's verify slope plus what drawn trees
-        measured beyond the chain's costs, per node (left out after SHAPE_EXPLORE rounds without a
-        tree, so an estimate from a few early trees is retried). Before the costs are measured: None."""
+        `width` nodes expanded a depth. The first WARMUP_ROUNDS trees take all `size` nodes (their
+        worth and cost get measured); then a verified token costs what drawn trees took beyond a chain
+        round's fixed part per token they verified, or the chain's verify slope when that is more (the
+        chain's slope alone after SHAPE_EXPLORE rounds without a tree, so an estimate from a few early
+        trees is retried). Before the costs are measured: None."""
         cap = min(self.max_k, budget - 1)
         if k < 1 or cap < 1 or width < 2 or not self._costs.seen:
             return None
         self._shapeless += 1
         explore = self._shapeless > SHAPE_EXPLORE  # the extra cost is re-measured now and then
         shape = self._best_first(cap, width, size, state)
+        warm_up = [parent for parent, _, _ in shape]
+        if self.drawn.rounds < WARMUP_ROUNDS and any(len(kids) > 1 for kids in children(warm_up)):
+            self._shapeless = 0
+            return warm_up  # the first trees are all `size` nodes: what they deliver and cost is measured
         intercept, slope = self._costs.verify_line()
-        extra_sum, extra_nodes = self._drawn_extra
-        if extra_nodes > 1e-9 and not explore:  # what a drawn tree's node costs beyond a chain's
-            slope += max(0.0, extra_sum) / extra_nodes
+        if self.drawn.tokens > 1e-9 and not explore:  # what a drawn tree's verified token costs
+            slope = max(slope, self.drawn.seconds / self.drawn.tokens)
         best, best_rate, value = 0, 0.0, 0.0
         deepest = 0
         for n, (_, node_value, depth) in enumerate(shape, 1):
@@ -459,7 +476,7 @@ class DraftLength:
             kept[i] *= DECAY
         if tree is not None and tree.sampled:
             outcomes = rank_outcomes(tree)
-            for entry in self._ranks.values():
+            for entry in self.drawn.ranks.values():
                 entry[0] *= TREE_DECAY
                 entry[1] *= TREE_DECAY
             for depth, rank, ok in outcomes:
@@ -467,19 +484,20 @@ class DraftLength:
                     judged[depth - 1] += 1.0
                     kept[depth - 1] += float(ok)
                 elif rank > 1:
-                    entry = self._ranks.setdefault((depth, rank), [0.0, 0.0])
+                    entry = self.drawn.ranks.setdefault((depth, rank), [0.0, 0.0])
                     entry[0] += float(ok)
                     entry[1] += 1.0
         else:
             for i in range(min(drafted, accepted + 1, self.max_k)):  # positions the target judged
                 judged[i] += 1.0
                 kept[i] += float(i < accepted)
-        if tree is not None and tree.sampled:  # wider drafts, a masked verify: priced as extra per node
+        if tree is not None and tree.sampled:  # wider drafts, a masked verify: priced per verified token
             if self._costs.seen:
-                intercept, slope = self._costs.verify_line()
-                chain = self._costs.draft(drafted) + intercept + slope * (tree.size + 1)
-                self._drawn_extra[0] = self._drawn_extra[0] * TREE_DECAY + (draft_time + verify_time - chain)
-                self._drawn_extra[1] = self._drawn_extra[1] * TREE_DECAY + tree.size
+                fixed = self._costs.draft(drafted) + self._costs.verify_line()[0]
+                drawn = self.drawn
+                drawn.seconds = drawn.seconds * TREE_DECAY + draft_time + verify_time - fixed
+                drawn.tokens = drawn.tokens * TREE_DECAY + tree.size + 1
+                drawn.rounds += 1
         else:
             self._costs.add(drafted, draft_time, verify_time, verified)
         self._rounds += drafted > 0

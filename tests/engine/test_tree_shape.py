@@ -8,7 +8,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specli.engine.draft_length import RANK_PRIOR, SHAPE_EXPLORE, DraftLength, rank_outcomes
+from specli.engine.draft_length import (
+    RANK_PRIOR,
+    SHAPE_EXPLORE,
+    WARMUP_ROUNDS,
+    DraftLength,
+    rank_outcomes,
+)
 from specli.engine.drafter import Drafter
 from specli.engine.loop import EngineConfig, _tree_round
 from specli.engine.sampling import SamplingConfig
@@ -143,7 +149,22 @@ def test_a_costly_verify_or_refused_second_draws_keep_the_chain():
         feed_trees(length, first=False, second=False, rounds=40, slope=slope)
         assert length.choose_shape(length.choose(100)[0], 100, width=2, size=10) is None
     steep = timed(4, 5e-3)
+    steep.drawn.rounds = WARMUP_ROUNDS  # past the warm-up trees (next test)
     assert steep.choose_shape(steep.choose(100)[0], 100, width=2, size=10) is None
+
+
+def test_the_first_drawn_trees_take_every_node_they_may():
+    """WARMUP_ROUNDS trees of `size` nodes come first, whatever the estimates, so that what trees
+    deliver and cost here is measured; then the cost model decides."""
+    length = timed(4, 5e-3)
+    shapes = []
+    for _ in range(WARMUP_ROUNDS + 1):
+        shapes.append(length.choose_shape(length.choose(100)[0], 100, width=2, size=6))
+        if shapes[-1] is not None:
+            tree = record(shapes[-1], ["rejected"] * len(shapes[-1]), [])
+            length.observe(max(depths(shapes[-1])), 0, 2e-3, 2e-3 + 5e-3 * 7, verified=7, tree=tree)
+    assert [len(shape or []) for shape in shapes] == [6] * WARMUP_ROUNDS + [0]
+    assert length.drawn.rounds == WARMUP_ROUNDS
 
 
 def test_what_drawn_trees_cost_beyond_chains_is_learned_and_retried_now_and_then():
