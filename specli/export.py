@@ -41,8 +41,9 @@ ENGINES = ("vllm", "sglang", "llama.cpp")
 _ALIASES = {name: "llama.cpp" for name in ("llamacpp", "llama-cpp", "llama_cpp", "llama-server")}
 
 # What drafts: an autoregressive draft model, a PARD (parallel) draft model, or an EAGLE head.
-DrafterKind = Literal["model", "pard", "eagle1", "eagle3", "peagle"]
+DrafterKind = Literal["model", "pard", "eagle1", "eagle3", "peagle", "heads"]
 HEAD_KINDS = ("eagle1", "eagle3", "peagle")
+HEADS_KEY = "specli_heads"  # the config.json key of a blockwise heads folder (models.blockwise_heads.KEY)
 
 
 # The hub drafters the shipped presets name, as the presets' notes and specli.models.memory.KNOWN_HEADS
@@ -62,7 +63,8 @@ KNOWN_DRAFTERS: Mapping[str, tuple[DrafterKind, str | None]] = {
 
 # What each engine runs, for refusals (one line each).
 CAN_RUN = {
-    "vllm": "draft models (PARD parallel drafters too), lookup (ngram) and EAGLE-1, EAGLE-3, P-EAGLE heads",
+    "vllm": "draft models (PARD parallel drafters too), lookup (ngram), EAGLE-1, EAGLE-3, P-EAGLE heads and "
+    "blockwise heads (medusa)",
     "sglang": "draft models (STANDALONE), lookup (NGRAM) and EAGLE-1 and EAGLE-3 heads (EAGLE, EAGLE3)",
     "llama.cpp": "draft models (draft-simple), lookup (ngram-simple) and EAGLE-3 heads (draft-eagle3)",
 }
@@ -232,6 +234,8 @@ def drafter_kind(config: Mapping[str, Any]) -> tuple[DrafterKind, str | None]:
     drafters.draft_model): a speculators head (eagle3 | peagle | eagle1), specli's EAGLE-1 layout, a
     SafeAILab head (a Llama config plus draft_vocab_size; P-EAGLE when it names a mask token), a PARD
     drafter (a model naming a mask token), else a plain autoregressive draft model."""
+    if isinstance(config.get(HEADS_KEY), Mapping):  # blockwise heads (`specli train heads`)
+        return "heads", "specli"
     masked = any(type(config.get(key)) is int for key in MASK_TOKEN_KEYS)  # an id, not a bool
     speculators = config.get("speculators_model_type")
     if speculators is not None:
@@ -273,7 +277,9 @@ def parallel_k(kind: DrafterKind | None, config: Mapping[str, Any] | None) -> in
     a PARD model's `para_num`, a P-EAGLE head's speculators `speculative_tokens` (its first proposal
     method's), else 8; None for a drafter that drafts one token per forward."""
     config = config or {}
-    if kind == "pard":
+    if kind == "heads":  # one draft per head, all from one pass
+        value = (config.get(HEADS_KEY) or {}).get("num_heads")
+    elif kind == "pard":
         value = config.get(PARALLEL_K_KEY)
     elif kind == "peagle":
         speculators = config.get("speculators_config")
@@ -286,6 +292,15 @@ def parallel_k(kind: DrafterKind | None, config: Mapping[str, Any] | None) -> in
 
 
 def _check_roles(strategy: str, drafter: Model, kind: DrafterKind) -> None:
+    if (strategy == Strategy.HEADS) != (kind == "heads"):
+        if kind == "heads":
+            raise UsageError(
+                f"'{drafter.name}' holds blockwise heads: use --strategy heads --draft {drafter.name}."
+            )
+        raise UsageError(
+            f"'{drafter.name}' is not a folder of blockwise heads: strategy heads takes one written by "
+            "`specli train heads`."
+        )
     if strategy == Strategy.DRAFT and kind in HEAD_KINDS:
         raise UsageError(f"'{drafter.name}' is an EAGLE head: use --strategy eagle --draft {drafter.name}.")
     if strategy == Strategy.EAGLE and kind not in HEAD_KINDS:
@@ -319,13 +334,6 @@ def resolve_pair(
         preset = DEFAULT_PRESET
     spec = preset if isinstance(preset, Preset) or preset is None else resolve_preset(preset)
     chosen = check_strategy(strategy or (spec.strategy if spec else ("draft" if draft else "none")))
-    if chosen == Strategy.HEADS:  # before anything reads the heads folder as a drafter of another kind
-        raise UsageError(  # vllm/model_executor/models/medusa.py, transformers_utils/configs/medusa.py
-            "export does not write blockwise heads (strategy heads) for a serving engine yet: vLLM's "
-            "method medusa reads its own folder (model_type medusa, blocks.{i}.layers.0, the LM head copied "
-            "in as lm_heads.0 with original_lm_head), SGLang and llama.cpp read no Medusa heads; "
-            "`specli serve --strategy heads` serves them."
-        )
     target_spec = ModelSpec(model=target) if target else spec.target  # type: ignore[union-attr]
     t_model, t_config, t_note = locate(
         target_spec.model, dtype or target_spec.dtype, quant or target_spec.quantization
@@ -362,6 +370,12 @@ def _drafter_spec(spec: Preset | None, strategy: str, draft: str | None) -> Mode
         if head is None:
             raise UsageError("strategy 'eagle' needs an EAGLE head: pass --draft HEAD (a folder or hub id).")
         return head
+    if strategy == Strategy.HEADS:
+        if not draft:
+            raise UsageError(
+                "strategy 'heads' needs blockwise heads: pass --draft FOLDER (`specli train heads`)."
+            )
+        return ModelSpec(model=draft)
     if strategy == Strategy.DRAFT:
         model = ModelSpec(model=draft) if draft else (spec.draft if spec else None)
         if model is None:
@@ -393,6 +407,15 @@ def _check_runs(engine: str, pair: ExportPair) -> None:
         raise _refuse(engine, what)
     if engine == "llama.cpp" and pair.kind == "eagle1":
         raise _refuse(engine, f"an EAGLE-1 head ({_drafter(pair).name})")
+    if engine != "vllm" and pair.kind == "heads":
+        raise _refuse(
+            engine, f"blockwise (Medusa) heads ({_drafter(pair).name}; only vllm reads Medusa heads)"
+        )
+    if pair.kind == "heads" and pair.target.gguf:
+        raise UsageError(
+            f"vLLM's Medusa heads copy the target's LM head from its safetensors, and {pair.target.name} "
+            "is a GGUF file: export with the target's folder or hub id (--target)."
+        )
 
 
 def _k_notes(engine: str, pair: ExportPair) -> list[str]:
@@ -491,7 +514,7 @@ def _host_port(options: ServeOptions) -> list[str]:
 # (docs/features/speculative_decoding/parallel_draft_model.md), P-EAGLE is eagle3 + parallel_drafting
 # (vLLM >= 0.16, PR #32887); EAGLE-1 heads are method eagle (docs/.../eagle.md).
 _VLLM_METHOD = {"model": "draft_model", "pard": "draft_model", "eagle1": "eagle", "eagle3": "eagle3"}
-_VLLM_METHOD |= {"peagle": "eagle3"}
+_VLLM_METHOD |= {"peagle": "eagle3", "heads": "medusa"}
 
 
 def vllm_token_tree(nodes: int, width: int, depth: int) -> list[tuple[int, ...]]:
@@ -518,8 +541,9 @@ def vllm_token_tree(nodes: int, width: int, depth: int) -> list[tuple[int, ...]]
 
 
 def _vllm_tree(pair: ExportPair) -> list[tuple[int, ...]] | None:
-    """The static tree a pair with --tree exports to vLLM (None: a chain; width 1 is a chain)."""
-    if not pair.tree or pair.tree_width < 2 or pair.strategy == Strategy.LOOKUP:
+    """The static tree a pair with --tree exports to vLLM (None: a chain; width 1 is a chain; Medusa
+    heads: vLLM's proposer drafts their top-1 chain)."""
+    if not pair.tree or pair.tree_width < 2 or pair.strategy in (Strategy.LOOKUP, Strategy.HEADS):
         return None
     return vllm_token_tree(pair.tree, pair.tree_width, pair.k)
 
@@ -542,7 +566,7 @@ def vllm_speculative_config(pair: ExportPair) -> dict[str, Any] | None:
     assert pair.kind is not None
     config: dict[str, Any] = {
         "method": _VLLM_METHOD[pair.kind],
-        "model": _drafter(pair).location,
+        "model": medusa_folder(pair) if pair.kind == "heads" else _drafter(pair).location,
         "num_speculative_tokens": pair.k,
     }
     if pair.kind in ("pard", "peagle"):
@@ -551,9 +575,20 @@ def vllm_speculative_config(pair: ExportPair) -> dict[str, Any] | None:
     if tree is not None:
         config["num_speculative_tokens"] = len(tree)
         config["speculative_token_tree"] = str(tree)
-    elif pair.tree:  # width 1: a chain of the tree's nodes
+    elif pair.tree and pair.kind != "heads":  # width 1: a chain of the tree's nodes
         config["num_speculative_tokens"] = pair.tree
     return config
+
+
+def medusa_folder(pair: ExportPair) -> str:
+    """Where the Medusa step writes the heads with the target's LM head (`specli.models.medusa`)."""
+    return f"{_stem(_drafter(pair))}-medusa"
+
+
+def _medusa_steps(pair: ExportPair) -> list[tuple[str, ...]]:
+    """The step that writes vLLM's Medusa folder: specli's heads + the target's LM head."""
+    heads, target = _drafter(pair).location, pair.target.location
+    return [("python", "-m", "specli.models.medusa", heads, "--target", target, "--out", medusa_folder(pair))]
 
 
 def export_vllm(pair: ExportPair, options: ServeOptions) -> Export:
@@ -566,6 +601,7 @@ def export_vllm(pair: ExportPair, options: ServeOptions) -> Export:
     _check_runs("vllm", pair)
     config = vllm_speculative_config(pair)
     argv = ["vllm", "serve", pair.target.location]
+    steps = _medusa_steps(pair) if pair.kind == "heads" else []
     if config is not None:
         argv += ["--speculative-config", json.dumps(config)]
     if config is not None and "speculative_token_tree" in config:
@@ -595,7 +631,13 @@ def export_vllm(pair: ExportPair, options: ServeOptions) -> Export:
         )
     if pair.strategy == Strategy.NONE:
         notes.append("strategy none: plain decoding, no --speculative-config (a baseline to compare with).")
-    return Export("vllm", tuple(argv), _fetches(pair), tuple(notes), config)
+    if pair.kind == "heads":
+        notes.append(
+            f"blockwise heads: the first step writes {medusa_folder(pair)} (vLLM's Medusa layout, the "
+            "target's LM head copied in once); vLLM's Medusa proposer drafts each head's top-1 token, a "
+            "chain" + (f" (not specli's --tree {pair.tree})" if pair.tree else "") + "."
+        )
+    return Export("vllm", tuple(argv), (*_fetches(pair), *steps), tuple(notes), config)
 
 
 def _vllm_tree_notes(pair: ExportPair) -> list[str]:

@@ -7,6 +7,8 @@ in one line before its weights are read; the CLI runs it (and its alias `blockwi
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -351,8 +353,85 @@ def test_sampled_medusa_trees_follow_the_target_distribution(small_target):
     assert g_test_pvalue(counts, exact_joint(small_target, CFG, SAMPLED_PROMPT)) > 1e-3
 
 
-def test_export_refuses_heads_in_one_line(heads_dir):
-    """No serving engine command is written for blockwise heads yet: `specli export` says so (exit 2)
-    instead of emitting a draft-model command for a folder that is none."""
-    out = CliRunner().invoke(app, ["export", "vllm", "--strategy", "heads", "--draft", str(heads_dir)])
-    assert out.exit_code == 2 and "blockwise heads" in out.output and "method medusa" in out.output
+def test_export_vllm_names_the_medusa_step_and_method(heads_dir, tiny_pair):
+    """vLLM's method medusa reads its own folder: the export's first step writes it from the heads and
+    the target's LM head, and --speculative-config points at it with one draft per head."""
+    args = ["export", "vllm", "--strategy", "heads", "--draft", str(heads_dir), "--target", str(tiny_pair[0])]
+    out = CliRunner().invoke(app, [*args, "--format", "json"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout) == {"method": "medusa", "model": "h-medusa", "num_speculative_tokens": 3}
+    text = CliRunner().invoke(app, [*args, "--tree", "8"]).output
+    step = f"python -m specli.models.medusa {heads_dir} --target {tiny_pair[0].resolve()} --out h-medusa"
+    assert step in text and "top-1 token, a chain (not specli's --tree 8)" in text
+    assert "speculative_token_tree" not in text
+
+
+@pytest.mark.parametrize("engine", ["sglang", "llama.cpp"])
+def test_other_engines_refuse_heads_in_one_line(heads_dir, tiny_pair, engine):
+    args = ["export", engine, "--strategy", "heads", "--draft", str(heads_dir), "--target", str(tiny_pair[0])]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 2 and "only vllm reads Medusa heads" in out.output
+    wrong = CliRunner().invoke(app, ["export", "vllm", "--strategy", "draft", "--draft", str(heads_dir)])
+    assert wrong.exit_code == 2 and "--strategy heads" in wrong.output
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_the_medusa_folder_is_vllms_layout_and_gives_the_heads_logits(tmp_path, tied):
+    """The export's step, run as a user runs it, writes vLLM's Medusa names and config (medusa.py:
+    blocks.{i}.layers.0 with bias, lm_heads.0 shared by original_lm_head), and vLLM's Medusa math over
+    them (x + SiLU(W x + b) into lm_heads.0) gives specli's heads' logits; a tied target's LM head is its
+    input embedding."""
+    from safetensors.torch import load_file
+
+    target = make_model("llama", 384, layers=2, seed=5, tie_word_embeddings=tied)
+    target_dir = tmp_path / "target"
+    target.save_pretrained(target_dir)
+    heads = random_heads(target, k=3)
+    heads_dir = save_heads(heads, tmp_path / "heads")
+    out = subprocess.run(
+        [sys.executable, "-m", "specli.models.medusa", str(heads_dir), "--target", str(target_dir), "--out",
+         str(tmp_path / "medusa")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    config = json.loads((tmp_path / "medusa" / "config.json").read_text())
+    assert {k: config[k] for k in ("model_type", "num_heads", "num_hidden_layers", "hidden_size")} == {
+        "model_type": "medusa", "num_heads": 3, "num_hidden_layers": 1, "hidden_size": 64,
+    }  # fmt: skip
+    assert config["medusa_fc_bias"] and config["original_lm_head"]
+    assert config["vocab_size"] == config["truncated_vocab_size"] == 384
+    weights = load_file(str(tmp_path / "medusa" / "model.safetensors"))
+    names = {f"blocks.{i}.layers.0.{p}" for i in range(3) for p in ("weight", "bias")} | {"lm_heads.0.weight"}
+    assert set(weights) == names
+    lm_head = target.get_output_embeddings().weight
+    assert torch.equal(weights["lm_heads.0.weight"], lm_head.detach())
+    if tied:
+        assert torch.equal(weights["lm_heads.0.weight"], target.get_input_embeddings().weight.detach())
+    hidden = torch.randn(5, 64)
+    with torch.no_grad():
+        expected = load_heads(heads_dir).logits(hidden, target.lm_head)  # [3, 5, V]
+        blocks = [
+            hidden + torch.nn.functional.silu(hidden @ weights[f"blocks.{i}.layers.0.weight"].T
+                                              + weights[f"blocks.{i}.layers.0.bias"])
+            for i in range(3)
+        ]  # fmt: skip
+        vllm = torch.stack([block @ weights["lm_heads.0.weight"].T for block in blocks])
+    torch.testing.assert_close(vllm, expected)
+
+
+def test_the_medusa_step_refuses_what_it_cannot_write_in_one_line(tmp_path, heads_dir):
+    bad = subprocess.run(
+        [sys.executable, "-m", "specli.models.medusa", str(tmp_path / "nothing"), "--target", str(tmp_path),
+         "--out", str(tmp_path / "m")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert bad.returncode in (1, 2) and "Traceback" not in bad.stderr
+    assert bad.stderr.startswith("error: ") and len(bad.stderr.strip().splitlines()) <= 2
+    other = make_model("llama", 384, layers=1, seed=3, hidden_size=32, intermediate_size=64)
+    other.save_pretrained(tmp_path / "other")
+    wrong = subprocess.run(
+        [sys.executable, "-m", "specli.models.medusa", str(heads_dir), "--target", str(tmp_path / "other"),
+         "--out", str(tmp_path / "m")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert wrong.returncode == 2 and "hidden size 64" in wrong.stderr and "Traceback" not in wrong.stderr
