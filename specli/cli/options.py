@@ -317,7 +317,8 @@ def check_before_loading(models: ModelOptions, options: GenerationOptions | None
     for strategy in strategies:  # each strategy's own settings: its k, and a tree only where it drafts one
         own = resolve_settings(preset, options, strategy=strategy)
         if options.num_draft_tokens is not None or models.draft is None:  # else a parallel drafter picks k
-            check_fits(own, _context(target), _context(drafter))
+            uses_drafter = entry(strategy).model == Model.DRAFT  # lookup never reads the preset's drafter
+            check_fits(own, _context(target), _context(drafter) if uses_drafter else None)
     return settings
 
 

@@ -128,6 +128,23 @@ def test_the_check_before_loading_and_the_loaded_check_say_the_same(tmp_path, to
     assert pair.settings(GenerationOptions(num_draft_tokens=10)).num_draft_tokens == 10
 
 
+def test_a_preset_whose_drafter_is_not_trained_still_runs_its_lookup(tmp_path, tokenizer):
+    """The SmolLM2 presets name drafters that `specli train` writes (trained:NAME, not shipped): a strategy
+    that reads no drafter runs without one (the check before loading once demanded it, so the preset's
+    own default strategy failed); one that needs it says how to get it (exit 2)."""
+    target = save_model(tmp_path / "t", make_model(seed=1), tokenizer)
+    preset = tmp_path / "p.yaml"
+    preset.write_text(
+        "name: p\nstrategy: lookup\n"
+        f"target:\n  model: '{target}'\ndraft:\n  model: 'trained:never-trained-draft'\n"
+    )
+    ok = invoke("generate", "def f(x):", "--preset", str(preset), "--max-new-tokens", "4", "--device", "cpu")
+    assert ok.exit_code == 0, ok.output
+    needs = invoke("generate", "def f(x):", "--preset", str(preset), "--strategy", "draft", "--device", "cpu")
+    assert needs.exit_code == 2 and "trained:never-trained-draft" in needs.output
+    assert "Traceback" not in needs.output
+
+
 def test_a_longer_drafter_context_does_not_hide_a_short_one(tmp_path, tokenizer):
     """The drafter's own context limits k under strategy draft, not under lookup."""
     target = save_model(tmp_path / "t", make_model(max_positions=256, seed=1), tokenizer)
