@@ -40,8 +40,8 @@ d drawn r-th among its siblings ends on the accepted path with probability V(par
 P(d, r) = a(d, r) · Π_{s<r} (1 - a(d, s)), where a(d, r) is the estimated acceptance of the r-th draw
 given the draws before it were refused (a(d, 1) the chain's a_d: a lone draw is a chain's draft). The
 shape grows best-first by that value (at most `width` children a node and expanded nodes a depth), and
-the size with the most expected tokens per second wins; when that shape is a chain, or no better than
-the chain of the round's k, the round drafts the chain.
+the size with the most expected tokens per second wins; when that shape is a chain, or promises less
+than SHAPE_MARGIN times the chain of the round's k, the round drafts the chain.
 
 Pure Python, no torch: the engine feeds it each round's k, times and outcome.
 """
