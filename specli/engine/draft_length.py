@@ -475,32 +475,36 @@ class DraftLength:
             judged[i] *= DECAY
             kept[i] *= DECAY
         if tree is not None and tree.sampled:
-            outcomes = rank_outcomes(tree)
-            for entry in self.drawn.ranks.values():
-                entry[0] *= TREE_DECAY
-                entry[1] *= TREE_DECAY
-            for depth, rank, ok in outcomes:
-                if rank == 1 and depth <= self.max_k:
-                    judged[depth - 1] += 1.0
-                    kept[depth - 1] += float(ok)
-                elif rank > 1:
-                    entry = self.drawn.ranks.setdefault((depth, rank), [0.0, 0.0])
-                    entry[0] += float(ok)
-                    entry[1] += 1.0
+            self._learn_drawn(tree, kept, judged, drafted, draft_time + verify_time)
         else:
             for i in range(min(drafted, accepted + 1, self.max_k)):  # positions the target judged
                 judged[i] += 1.0
                 kept[i] += float(i < accepted)
-        if tree is not None and tree.sampled:  # wider drafts, a masked verify: priced per verified token
-            if self._costs.seen:
-                fixed = self._costs.draft(drafted) + self._costs.verify_line()[0]
-                drawn = self.drawn
-                drawn.seconds = drawn.seconds * TREE_DECAY + draft_time + verify_time - fixed
-                drawn.tokens = drawn.tokens * TREE_DECAY + tree.size + 1
-                drawn.rounds += 1
-        else:
             self._costs.add(drafted, draft_time, verify_time, verified)
         self._rounds += drafted > 0
+
+    def _learn_drawn(
+        self, tree: TreeRecord, kept: list[float], judged: list[float], depth: int, seconds: float
+    ) -> None:
+        """A verified tree of drawn children: its first draws are chain drafts (positions), later ones
+        teach their (depth, rank); its draft + verify `seconds` beyond a chain round's fixed part, per
+        verified token, price a tree's token (wider drafts, a masked verify)."""
+        for entry in self.drawn.ranks.values():
+            entry[0] *= TREE_DECAY
+            entry[1] *= TREE_DECAY
+        for d, rank, ok in rank_outcomes(tree):
+            if rank == 1 and d <= self.max_k:
+                judged[d - 1] += 1.0
+                kept[d - 1] += float(ok)
+            elif rank > 1:
+                entry = self.drawn.ranks.setdefault((d, rank), [0.0, 0.0])
+                entry[0] += float(ok)
+                entry[1] += 1.0
+        if self._costs.seen:
+            fixed = self._costs.draft(depth) + self._costs.verify_line()[0]
+            self.drawn.seconds = self.drawn.seconds * TREE_DECAY + seconds - fixed
+            self.drawn.tokens = self.drawn.tokens * TREE_DECAY + tree.size + 1
+            self.drawn.rounds += 1
 
 
 def rank_outcomes(tree: TreeRecord) -> list[tuple[int, int, bool]]:
