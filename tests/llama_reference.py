@@ -3,6 +3,9 @@ not through specli's `LlamaLM`: the reference the llama.cpp engine's outputs are
 its own (one sequence, no unified KV buffer, flash attention off as in the engine), the prompt but its
 last token prefilled in one batch, then one `llama_decode` per token, greedy. Also: the exact
 next-token distribution of a prefix (one fresh context per call) for the sampling tests.
+
+`pad`: a one-token step decodes its token beside pad - 1 throwaway tokens of a second sequence, as the
+engine does under a row rule with least = pad (specli/models/llama_cpp/rows.py; 1 on the exact build).
 """
 
 from __future__ import annotations
@@ -29,11 +32,12 @@ def llama_or_skip():
 class Reference:
     """One GGUF file under llama.cpp, decoded one token at a time with `threads` threads."""
 
-    def __init__(self, path: Path, threads: int = 1) -> None:
+    def __init__(self, path: Path, threads: int = 1, pad: int = 1) -> None:
         self.L = llama_or_skip()
-        self.model = self.L.llama_model_load_from_file(
-            str(path).encode(), self.L.llama_model_default_params()
-        )
+        params = self.L.llama_model_default_params()
+        params.use_extra_bufts = False  # weights in the file's layout, as the engine loads them
+        self.model = self.L.llama_model_load_from_file(str(path).encode(), params)
+        self.pad = pad
         assert self.model, f"llama.cpp cannot load {path}"
         self.vocab = self.L.llama_vocab_n_tokens(self.L.llama_model_get_vocab(self.model))
         self.threads = threads
@@ -44,6 +48,8 @@ class Reference:
         params.n_batch = params.n_ubatch = 512
         params.n_threads = params.n_threads_batch = self.threads
         params.swa_full = True
+        if self.pad > 1:  # the throwaway tokens' sequence beside the decoded one
+            params.n_seq_max, params.kv_unified = 2, True
         params.flash_attn_type = self.L.LLAMA_FLASH_ATTN_TYPE_DISABLED  # the engine's attention kernels
         ctx = self.L.llama_init_from_model(self.model, params)
         assert ctx
@@ -59,8 +65,17 @@ class Reference:
                 batch.n_seq_id[i] = 1
                 batch.seq_id[i][0] = 0
                 batch.logits[i] = i == len(chunk) - 1
-            batch.n_tokens = len(chunk)
+            pad = max(0, self.pad - len(chunk))
+            for j in range(pad):  # throwaway tokens at positions 0.. of sequence 1, no logits
+                batch.token[len(chunk) + j] = chunk[-1]
+                batch.pos[len(chunk) + j] = j
+                batch.n_seq_id[len(chunk) + j] = 1
+                batch.seq_id[len(chunk) + j][0] = 1
+                batch.logits[len(chunk) + j] = False
+            batch.n_tokens = len(chunk) + pad
             assert self.L.llama_decode(ctx, batch) == 0
+            if pad:
+                self.L.llama_memory_seq_rm(self.L.llama_get_memory(ctx), 1, -1, -1)
         pointer = self.L.llama_get_logits_ith(ctx, -1)
         return np.ctypeslib.as_array(pointer, shape=(self.vocab,)).copy()
 

@@ -14,9 +14,13 @@ the chain's sequence to the accepted path's cells (their positions are chain, ch
 length + depth) and removes every tree sequence; a rewind of tree cells removes them all.
 
 Exactness. Built without llamafile's sgemm and the REPACK kernels (library.CMAKE_ARGS), without ggml's
-tiled K-quant matmul (library.TILED_MM) and flash attention, with a full-size sliding-window cache
-(`swa_full`) and the same threads for batches as for single tokens, a batch of n scores each position
-bit for bit as n one-token steps do (tests/models/test_llama_engine.py; docs/design.md §15).
+tiled K-quant matmul (library.TILED_MM), REPACK's buffers (`use_extra_bufts`) and flash attention, with
+a full-size sliding-window cache (`swa_full`) and the same threads for batches as for single tokens, a
+batch of n scores each position bit for bit as n one-token steps do (tests/models/test_llama_engine.py;
+docs/design.md §15). What a build does is measured, not assumed: the probe finds the file's `RowRule`
+(rows.py), and every forward that returns logits follows it (at least `least` rows, throwaway tokens in
+sequence PAD_SEQ making up the rest; at most `most`, longer runs split), so a build whose batch kernels
+differ from its one-token ones (llamafile's, the default) stays exact at the rule's cost.
 """
 
 from __future__ import annotations
@@ -33,9 +37,12 @@ import torch
 
 from specli.errors import ModelLoadError, SpecliError
 from specli.models.llama_cpp.library import library
+from specli.models.llama_cpp.rows import RowRule, context_params, fill, pad_rows
 
 BATCH = 512  # tokens per llama_decode (prefills run in chunks of it)
-SEQUENCES = 67  # a tree round's tokens each get a sequence of their own (64 nodes + the root), + the chain
+SEQUENCES = 69  # a tree round's tokens each get a sequence of their own (64 nodes + the root), + the chain
+PAD_SEQ = SEQUENCES - 1  # throwaway rows (RowRule.least), removed after each forward
+COSTS_SEQ = SEQUENCES - 2  # verify_costs' own sequence
 MIN_CONTEXT = 512
 CONTEXT_STEP = 256
 VERIFY_LENGTHS = (1, 2, 3, 5, 9, 17)  # the forwards `verify_costs` times
@@ -52,13 +59,13 @@ class LlamaModel:
     generation_config = None
     is_quantized = False  # not bitsandbytes: the file's own quantization
 
-    def __init__(self, path: Path, name: str, config: Any) -> None:
+    def __init__(self, path: Path, name: str, config: Any, rule: RowRule | None = None) -> None:
         self.llama = library().llama
         self.path = Path(path)
         self.name = name
         self.config = config
-        params = self.llama.llama_model_default_params()
-        params.use_mmap = True  # the file is mapped: resident memory is the pages a forward touches
+        self.rule = rule or RowRule()  # the probe's (load_model); a bare load assumes the exact build
+        params = model_params(self.llama)
         self._ptr = self.llama.llama_model_load_from_file(str(self.path).encode(), params)
         if not self._ptr:
             raise ModelLoadError(
@@ -84,6 +91,15 @@ class LlamaModel:
             self.llama.llama_model_free(ptr)
 
 
+def model_params(llama: Any) -> Any:
+    """The file mapped (resident memory is the pages a forward touches), weights kept in the file's own
+    layout (no REPACK buffers, whose batch kernels round unlike their one-row ones)."""
+    params = llama.llama_model_default_params()
+    params.use_mmap = True
+    params.use_extra_bufts = False
+    return params
+
+
 def last_log() -> str:
     """llama.cpp's last warning or error line (its log is kept quiet otherwise)."""
     log = library().log
@@ -100,7 +116,7 @@ class LlamaCache:
     chain: int = 0
     tree: list[tuple[int, int, int]] = field(default_factory=list)  # (position, own sequence, token)
     primed: bool = False  # its first forward ran (the one that may reuse the previous prompt's cells)
-    free: list[int] = field(default_factory=lambda: list(range(SEQUENCES - 1, 0, -1)))
+    free: list[int] = field(default_factory=lambda: list(range(COSTS_SEQ - 1, 0, -1)))
 
     @property
     def length(self) -> int:
@@ -119,6 +135,7 @@ class LlamaLM:
     def __init__(self, model: LlamaModel) -> None:
         self.model = model
         self.llama = model.llama
+        self.rule = model.rule
         self.compiled_tokens = 0
         self._ctx: Any = None
         self._batch: Any = None
@@ -163,7 +180,7 @@ class LlamaLM:
                 self.llama.llama_memory_clear(self._memory, True)
                 self._held = []
             # a sequence of its own: the live cache's cells (a prompt to reuse) stay as they are
-            cache = LlamaCache(self._generation, seq=SEQUENCES - 1, primed=True)
+            cache = LlamaCache(self._generation, seq=COSTS_SEQ, primed=True)
             prefix = torch.arange(64) % max(1, self.vocab_size - 1)
             self.forward(prefix, cache, last_only=True)
             times = {}
@@ -202,17 +219,7 @@ class LlamaLM:
 
     def _open(self, n_ctx: int, threads: int) -> None:
         self._close()
-        params = self.llama.llama_context_default_params()
-        params.n_ctx = n_ctx
-        params.n_batch = params.n_ubatch = BATCH
-        params.n_seq_max = SEQUENCES
-        params.n_threads = params.n_threads_batch = threads  # one split for batches and single tokens
-        params.kv_unified = True  # trees: one KV buffer the sequences share
-        params.swa_full = True  # sliding-window layers keep every position: rewinds stay exact
-        # no flash attention: its one-query path splits the keys over the threads past 512 cells and its
-        # batch path tiles queries, so a batch would not score positions as one-token steps do
-        params.flash_attn_type = self.llama.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        params.no_perf = True
+        params = context_params(self.llama, n_ctx, threads, BATCH, SEQUENCES)
         ctx = self.llama.llama_init_from_model(self.model.ptr, params)
         if not ctx:
             raise ModelLoadError(
@@ -247,16 +254,19 @@ class LlamaLM:
     def _check(self, cache: LlamaCache, n: int) -> None:
         if cache.generation != self._generation:
             raise RuntimeError("this cache belongs to an earlier generation (new_cache cleared it)")
-        if cache.length + n > self._n_ctx:
+        if cache.length + n + self.rule.least > self._n_ctx:
             raise SpecliError(
                 f"the llama.cpp context of '{self.model.name}' holds {self._n_ctx} positions and this "
                 f"generation needs more ({cache.length + n}).",
                 "Lower --max-new-tokens, or shorten the prompt.",
             )
 
-    def _decode(self, n: int) -> None:
-        self._batch.n_tokens = n
+    def _decode(self, n: int, pad: int = 0) -> None:
+        """Decode the batch's first n entries and `pad` throwaway rows (already written after them)."""
+        self._batch.n_tokens = n + pad
         code = self.llama.llama_decode(self._ctx, self._batch)
+        if pad:
+            self.llama.llama_memory_seq_rm(self._memory, PAD_SEQ, -1, -1)
         if code != 0:
             self.llama.llama_memory_clear(self._memory, True)  # nothing half-written is reused later
             self._held = []
@@ -272,40 +282,53 @@ class LlamaLM:
         return torch.from_numpy(np.ctypeslib.as_array(pointer, shape=(rows, self.vocab_size)))
 
     def forward(self, ids: torch.Tensor, cache: LlamaCache, *, last_only: bool = False) -> torch.Tensor:
-        """Run ids [n] after the chain; returns logits [n, V] (or [1, V] when last_only). Longer runs than
-        a batch go in chunks (a prefill); the logits stay valid until the next forward."""
+        """Run ids [n] after the chain; returns logits [n, V] (or [1, V] when last_only). A prefill
+        (last_only) runs in chunks of BATCH; logits rows follow the rule (at most `most` a forward, at
+        least `least` rows each). The logits stay valid until the next forward."""
         tokens = [int(t) for t in ids.tolist()]
         if cache.tree:
             raise RuntimeError("a chain forward while tree cells are in the cache (rewind or keep first)")
         self._check(cache, len(tokens))
         if not cache.primed:
             tokens = self._prime(cache, tokens, last_only)
-        n = len(tokens)
         if cache is self._live:
             self._held[cache.chain :] = tokens
-        batch, seq, parts = self._batch, cache.seq, []
-        for start in range(0, n, BATCH):
-            chunk = tokens[start : start + BATCH]
-            last_chunk = start + BATCH >= n
-            for i, token in enumerate(chunk):
-                batch.token[i] = token
-                batch.pos[i] = cache.chain + i
-                batch.n_seq_id[i] = 1
-                batch.seq_id[i][0] = seq
-                batch.logits[i] = not last_only or (last_chunk and i == len(chunk) - 1)
-            self._decode(len(chunk))
+        rule = self.rule
+        if last_only and rule.exact_everywhere:  # the last row scores as any row does: one batch
+            return self._run(cache, tokens, BATCH, last_only=True)
+        if last_only:  # the prompt but its last token as KV only, then that token as a step would be
+            self._run(cache, tokens[:-1], BATCH, last_only=True, logits=False)
+            tokens = tokens[-1:]
+        return self._run(cache, tokens, rule.most)
+
+    def _run(
+        self, cache: LlamaCache, tokens: list[int], size: int, *, last_only: bool = False, logits: bool = True
+    ) -> torch.Tensor:
+        """tokens in chunks of `size` at the chain's end, each padded to the rule's least rows; logits of
+        every token [n, V], of the last [1, V] (last_only), or none (logits=False: an empty tensor)."""
+        n, parts = len(tokens), []
+        for start in range(0, n, size):
+            chunk = tokens[start : start + size]
+            last_chunk = start + size >= n
+            pad = max(0, self.rule.least - len(chunk))
+            fill(self._batch, chunk, cache.chain, cache.seq, pad, PAD_SEQ, logits and not last_only)
+            if logits and last_only and last_chunk:
+                self._batch.logits[len(chunk) - 1] = True
+            self._decode(len(chunk), pad)
             cache.chain += len(chunk)
-            if not last_only and not last_chunk:
+            if logits and not last_only and not last_chunk:
                 parts.append(self._logits(len(chunk)).clone())  # the next chunk overwrites the buffer
-        logits = self._logits(1 if last_only else n - sum(len(p) for p in parts))
-        return torch.cat([*parts, logits]) if parts else logits
+        if not logits:
+            return torch.empty(0)
+        rows = self._logits(1 if last_only else n - sum(len(p) for p in parts))
+        return torch.cat([*parts, rows]) if parts else rows
 
     def _prime(self, cache: LlamaCache, tokens: list[int], last_only: bool) -> list[int]:
         """A new cache's first forward: keep the previous chain's positions that hold the same tokens
         (a prefill only, and never its last token, whose logits are returned); the rest leaves."""
         cache.primed = True
         shared = 0
-        if last_only:
+        if last_only and self.rule.shared:  # reused cells must round as a fresh prefill's would
             limit = min(len(self._held), len(tokens) - 1)
             while shared < limit and self._held[shared] == tokens[shared]:
                 shared += 1
@@ -335,6 +358,10 @@ class LlamaLM:
         sees = visible.to(torch.bool).cpu()
         if not bool(sees[:, :chain].all()):
             raise NotImplementedError("llama.cpp tree forwards need the whole chain visible to every node")
+        if n > self.rule.most:
+            raise NotImplementedError(
+                f"a tree of {n} nodes is more rows than this file scores exactly at once"
+            )
         if n > BATCH or n > len(cache.free):
             raise SpecliError(
                 f"a token tree of {n} nodes is more than the llama.cpp engine's {BATCH} / "
@@ -363,8 +390,10 @@ class LlamaLM:
             for j, s in enumerate(seqs):  # its own first: llama.cpp masks a token by its first sequence
                 batch.seq_id[i][j] = s
             batch.logits[i] = True
+        pad = max(0, self.rule.least - n)
+        pad_rows(batch, n, pad, PAD_SEQ, tokens[-1])
         try:
-            self._decode(n)
+            self._decode(n, pad)
         except SpecliError:
             for s in own:
                 self.llama.llama_memory_seq_rm(memory, s, -1, -1)

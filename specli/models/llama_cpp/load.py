@@ -37,15 +37,16 @@ def gguf_file(name: str, tqdm_class: Any = None) -> Path | None:
 def load_model(name: str, folder: Path) -> LlamaModel:
     """A llama.cpp model for `name` (its config and tokenizer already read into `folder`): its own GGUF
     file, or, for a transformers folder, the GGUF specli writes of it once (`converted`). The file is
-    checked once in a child process first (`probe`)."""
+    checked once in a child process first (`probe`), which also measures its row rule (`rows`)."""
+    import torch
     from transformers import AutoConfig
 
     from specli.models.llama_cpp.probe import check_runs
 
     path = gguf_file(name) or converted(folder, name)
     try:
-        check_runs(path, name)
-        return LlamaModel(path, name, AutoConfig.from_pretrained(folder))
+        rule = check_runs(path, name, torch.get_num_threads())
+        return LlamaModel(path, name, AutoConfig.from_pretrained(folder), rule)
     except ModelLoadError:
         _forget(folder)
         raise

@@ -1,6 +1,8 @@
-"""Does llama.cpp run this file on this CPU? Checked once in a child process, so a build that crashes
-(an instruction the CPU lists but traps, a kernel that faults) ends the child with a signal and the user
-gets one line, not a dead process. The answer is kept in specli's cache per file, library and CPU."""
+"""Does llama.cpp run this file on this CPU, and how do its batches round? Checked once in a child
+process, so a build that crashes (an instruction the CPU lists but traps, a kernel that faults) ends the
+child with a signal and the user gets one line, not a dead process. The child also measures the file's
+`RowRule` (rows.py: what keeps a batch's rows bit-identical to one-token steps on this build). The
+answer is kept in specli's cache per file, library, CPU and thread count."""
 
 from __future__ import annotations
 
@@ -12,30 +14,21 @@ import sys
 from pathlib import Path
 
 from specli.errors import ModelLoadError
+from specli.models.llama_cpp.rows import RowRule
 from specli.models.paths import specli_cache_dir
 
 TIMEOUT_S = 300
-# the child: load the file, decode two tokens one at a time and then as a batch of two
+# the child: load the file as the engine does, decode, and measure the row rule (printed as JSON)
 _CHILD = """
-import ctypes, sys
-import llama_cpp as L
-quiet = L.llama_log_callback(lambda *a: None)  # kept referenced: a freed callback segfaults
-L.llama_log_set(quiet, ctypes.c_void_p())
-L.llama_backend_init()
-model = L.llama_model_load_from_file(sys.argv[1].encode(), L.llama_model_default_params())
+import json, sys
+from specli.models.llama_cpp.library import library
+from specli.models.llama_cpp.lm import BATCH, SEQUENCES, model_params
+from specli.models.llama_cpp.rows import measure
+L = library().llama
+model = L.llama_model_load_from_file(sys.argv[1].encode(), model_params(L))
 assert model, "llama.cpp cannot load the file"
-params = L.llama_context_default_params()
-params.n_ctx, params.n_batch, params.n_ubatch = 64, 64, 64
-ctx = L.llama_init_from_model(model, params)
-assert ctx, "llama.cpp cannot open a context"
-batch = L.llama_batch_init(8, 0, 1)
-for step, tokens in enumerate(([1], [2, 3])):
-    for i, t in enumerate(tokens):
-        batch.token[i], batch.pos[i], batch.n_seq_id[i] = t, step + i, 1
-        batch.seq_id[i][0], batch.logits[i] = 0, True
-    batch.n_tokens = len(tokens)
-    assert L.llama_decode(ctx, batch) == 0, "llama_decode failed"
-print("ok")
+rule = measure(L, model, int(sys.argv[2]), BATCH, SEQUENCES)
+print("ok " + json.dumps(rule.to_json()))
 """
 
 
@@ -60,24 +53,33 @@ def _cpu_flags() -> str:
     return ""
 
 
-def check_runs(path: Path, name: str) -> None:
-    """ModelLoadError (one line and what to try) when llama.cpp crashes or fails on `path` here."""
+def check_runs(path: Path, name: str, threads: int) -> RowRule:
+    """The file's row rule at `threads` threads; ModelLoadError (one line and what to try) when
+    llama.cpp crashes or fails on `path` here."""
     folder = specli_cache_dir() / "llama-probe"
-    mark = folder / f"{_key(path)}.ok"
+    mark = folder / f"{_key(path)}-t{threads}.json"
     if mark.is_file():
-        return
+        try:
+            return RowRule.from_json(json.loads(mark.read_text())["rule"])
+        except (ValueError, KeyError, TypeError):
+            mark.unlink(missing_ok=True)  # an older or damaged mark: measure again
     try:
         done = subprocess.run(
-            [sys.executable, "-c", _CHILD, str(path)], capture_output=True, text=True, timeout=TIMEOUT_S
+            [sys.executable, "-c", _CHILD, str(path), str(threads)],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
         )
     except subprocess.TimeoutExpired:
         raise ModelLoadError(
-            f"llama.cpp did not finish two tokens of '{name}' in {TIMEOUT_S} s.", "Use --engine torch."
+            f"llama.cpp did not finish a few tokens of '{name}' in {TIMEOUT_S} s.", "Use --engine torch."
         ) from None
-    if done.returncode == 0 and done.stdout.strip().endswith("ok"):
+    last = done.stdout.strip().splitlines()[-1:] or [""]
+    if done.returncode == 0 and last[0].startswith("ok "):
+        rule = RowRule.from_json(json.loads(last[0][3:]))
         folder.mkdir(parents=True, exist_ok=True)
-        mark.write_text(json.dumps({"file": str(path)}) + "\n")
-        return
+        mark.write_text(json.dumps({"file": str(path), "rule": rule.to_json()}) + "\n")
+        return rule
     raise _crash(name, done.returncode, done.stderr)
 
 

@@ -1,0 +1,152 @@
+"""How a batch keeps each row bit-identical to a one-token step, on this file and this build
+(docs/design.md §15). Imports only the bindings and numpy: the probe's child process runs `measure`.
+
+llama.cpp picks its matrix kernels by the number of rows in a forward: llamafile's sgemm takes 2 rows or
+more (one token goes through ggml's own dot products), and a kernel may change its tiling past some row
+count. A `RowRule` is what keeps the engine exact anyway: every forward that returns logits has at least
+`least` rows (a lone token is decoded beside throwaway tokens in a sequence of their own) and at most
+`most` (longer runs are split). `measure` finds the rule on the file itself: one-token steps (bare, or
+padded) after a 48-token prefix against batches of every tested size, compared bit for bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+PREFIX = 48  # tokens before the measured ones (so attention spans more than a handful of cells)
+TESTED = (2, 3, 4, 5, 8, 9, 16, 17)  # batch sizes compared with one-token steps
+PADS = (1, 2)  # the `least` rows tried, in order of cost
+USEFUL_ROWS = 5  # a rule is taken once batches of this many rows are exact under it (a draft of 4)
+
+
+@dataclass(frozen=True)
+class RowRule:
+    """Forwards that return logits run with `least` <= rows <= `most`; `shared` is whether rows of any
+    batch size round alike (only then may a new prompt reuse KV cells an earlier, differently split
+    prefill wrote)."""
+
+    least: int = 1
+    most: int = max(TESTED)
+    shared: bool = True
+
+    @property
+    def exact_everywhere(self) -> bool:
+        return self.least == 1 and self.shared
+
+    def describe(self) -> str:
+        if self.exact_everywhere:
+            return "batches score as one-token steps"
+        parts = []
+        if self.least > 1:
+            parts.append(f"single tokens padded to {self.least} rows")
+        if self.most < max(TESTED):
+            parts.append(f"batches split at {self.most} rows")
+        return ", ".join(parts) or "prompts not reused across batch sizes"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RowRule:
+        return cls(int(data["least"]), int(data["most"]), bool(data["shared"]))
+
+
+def context_params(llama: Any, n_ctx: int, threads: int, batch: int, sequences: int) -> Any:
+    """The engine's context settings (LlamaLM and the probe's child share them)."""
+    params = llama.llama_context_default_params()
+    params.n_ctx = n_ctx
+    params.n_batch = params.n_ubatch = batch
+    params.n_seq_max = sequences
+    params.n_threads = params.n_threads_batch = threads  # one split for batches and single tokens
+    params.kv_unified = True  # trees and throwaway rows: one KV buffer the sequences share
+    params.swa_full = True  # sliding-window layers keep every position: rewinds stay exact
+    # no flash attention: its one-query path splits the keys over the threads past 512 cells and its
+    # batch path tiles queries, so a batch would not score positions as one-token steps do
+    params.flash_attn_type = llama.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    params.no_perf = True
+    return params
+
+
+def fill(batch: Any, tokens: list[int], start: int, seq: int, pad: int, pad_seq: int, logits: bool) -> int:
+    """Write tokens at positions start.. of `seq` into `batch`, then `pad` throwaway rows (`pad_rows`);
+    returns the row count. Logits rows come first: [len(tokens), V]."""
+    for i, token in enumerate(tokens):
+        batch.token[i] = token
+        batch.pos[i] = start + i
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = seq
+        batch.logits[i] = logits
+    pad_rows(batch, len(tokens), pad, pad_seq, tokens[-1] if tokens else 0)
+    batch.n_tokens = len(tokens) + pad
+    return batch.n_tokens
+
+
+def pad_rows(batch: Any, first: int, pad: int, pad_seq: int, token: int) -> None:
+    """`pad` throwaway rows from batch entry `first` on: `token` at positions 0.. of `pad_seq` (a
+    sequence of their own, which the caller removes after the forward), no logits."""
+    for j in range(pad):
+        i = first + j
+        batch.token[i] = token
+        batch.pos[i] = j
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = pad_seq
+        batch.logits[i] = False
+
+
+def measure(llama: Any, model: Any, threads: int, batch_size: int, sequences: int) -> RowRule:
+    """The cheapest rule under which every tested batch scores its rows as steps of one token do."""
+    vocab = int(llama.llama_vocab_n_tokens(llama.llama_model_get_vocab(model)))
+    ctx = llama.llama_init_from_model(model, context_params(llama, 256, threads, batch_size, sequences))
+    if not ctx:
+        raise RuntimeError("llama.cpp cannot open a context")
+    batch = llama.llama_batch_init(batch_size, 0, 1)
+    memory = llama.llama_get_memory(ctx)
+    scratch = sequences - 1
+    top = max(TESTED)
+    tokens = [(7 * i + 3) % max(2, vocab - 1) + 1 for i in range(PREFIX + top)]
+
+    def run(part: list[int], start: int, pad: int, keep: bool = False) -> np.ndarray:
+        fill(batch, part, start, 0, pad, scratch, True)
+        if llama.llama_decode(ctx, batch) != 0:
+            raise RuntimeError("llama_decode failed")
+        if pad:
+            llama.llama_memory_seq_rm(memory, scratch, -1, -1)
+        out = np.ctypeslib.as_array(llama.llama_get_logits(ctx), shape=(len(part), vocab)).copy()
+        if not keep:
+            llama.llama_memory_seq_rm(memory, 0, start, -1)
+        return out
+
+    try:
+        fill(batch, tokens[:PREFIX], 0, 0, 0, scratch, False)
+        if llama.llama_decode(ctx, batch) != 0:
+            raise RuntimeError("llama_decode failed")
+        best: RowRule | None = None
+        for least in PADS:
+            # one token at a time (padded to `least` rows), each kept before the next
+            reference = np.stack(
+                [
+                    run(tokens[PREFIX + i : PREFIX + i + 1], PREFIX + i, least - 1, keep=True)[0]
+                    for i in range(top)
+                ]
+            )
+            llama.llama_memory_seq_rm(memory, 0, PREFIX, -1)
+            most = 1
+            for n in TESTED:  # the largest size with every tested size up to it exact
+                if not np.array_equal(
+                    run(tokens[PREFIX : PREFIX + n], PREFIX, max(0, least - n)), reference[:n]
+                ):
+                    break
+                most = n
+            rule = RowRule(least, max(most, least), shared=most == top)
+            if best is None or rule.most > best.most:
+                best = rule
+            if most >= USEFUL_ROWS:
+                break
+        assert best is not None
+        return best
+    finally:
+        llama.llama_batch_free(batch)
+        llama.llama_free(ctx)

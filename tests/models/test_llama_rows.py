@@ -1,0 +1,169 @@
+"""The llama.cpp engine's row rule (specli/models/llama_cpp/rows.py): measured per file by the probe,
+trivial on the documented build, found when a build's batch kernels round unlike its one-token ones
+(ggml's tiled K-quant path, switched on in a child process), and, once found, what keeps that build
+exact. Under a forced rule (throwaway rows, split batches, no prompt reuse) every strategy still gives
+llama.cpp's own one-token decoding, padded as the rule pads.
+
+These need llama-cpp-python: they skip without it, and fail instead when SPECLI_REQUIRE_LLAMA=1 (CI).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from llama_reference import Reference, llama_or_skip
+from test_llama_engine import CASES, PROMPTS
+
+import specli
+from specli.models.llama_cpp.rows import RowRule
+
+
+@pytest.fixture(scope="module")
+def ggufs(tmp_path_factory) -> dict[str, Path]:
+    """The embedded tiny target and drafter as F32 GGUF files, and the target requantized to Q4_K_M."""
+    llama = llama_or_skip()
+    from transformers import AutoModelForCausalLM
+
+    from specli.models.gguf_write import write_gguf
+    from specli.models.loading import load_tokenizer
+    from specli.models.sources import embedded_model
+
+    root = tmp_path_factory.mktemp("gguf")
+    out = {}
+    for name in ("tiny-target", "tiny-draft"):
+        folder = embedded_model(name)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+        out[name] = write_gguf(root / f"{name}.gguf", model, load_tokenizer(folder), name=name)
+    params = llama.llama_model_quantize_default_params()
+    params.ftype = llama.LLAMA_FTYPE_MOSTLY_Q4_K_M
+    out["kquant"] = root / "tiny-q4_k_m.gguf"
+    assert (
+        llama.llama_model_quantize(str(out["tiny-target"]).encode(), str(out["kquant"]).encode(), params) == 0
+    )
+    return out
+
+
+def _measure(path: Path, tiled: str) -> RowRule:
+    """The probe's measurement in a child process with ggml's tiled K-quant matmul on or off (ggml reads
+    the switch once per process)."""
+    code = textwrap.dedent(
+        """
+        import json, sys
+        from specli.models.llama_cpp.library import library
+        from specli.models.llama_cpp.lm import BATCH, SEQUENCES, model_params
+        from specli.models.llama_cpp.rows import measure
+        L = library().llama
+        model = L.llama_model_load_from_file(sys.argv[1].encode(), model_params(L))
+        print(json.dumps(measure(L, model, 1, BATCH, SEQUENCES).to_json()))
+        """
+    )
+    env = {**os.environ, "GGML_CPU_TILED_MM": tiled}
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return RowRule.from_json(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.parametrize("name", ["tiny-target", "kquant"])
+def test_the_documented_build_needs_no_rule(ggufs, name):
+    """Built as the README says, every tested batch scores its rows as one-token steps: no throwaway
+    rows, no splits, prompts reused (the engine pays nothing for exactness)."""
+    assert _measure(ggufs[name], "0") == RowRule()
+
+
+def test_the_probe_finds_a_build_whose_batches_round_differently(ggufs):
+    """ggml's tiled K-quant matmul takes products of 8 rows or more: the probe finds batches exact up to
+    5 rows (the largest tested size under 8) and no longer sharing one rounding across sizes."""
+    rule = _measure(ggufs["kquant"], "1")
+    assert rule == RowRule(least=1, most=5, shared=False), rule
+
+
+def test_the_rule_makes_a_build_with_tiled_batches_exact_again(ggufs):
+    """In a child process with the tiled path on: a verify of 17 tokens differs from 17 one-token steps
+    without a rule (the control) and equals them bit for bit under the rule the probe measured."""
+    code = textwrap.dedent(
+        """
+        import json, sys, torch
+        from specli.models.llama_cpp.lm import LlamaLM, LlamaModel
+        from specli.models.llama_cpp.rows import RowRule
+        out = {}
+        for label, rule in (("bare", RowRule()), ("rule", RowRule.from_json(json.loads(sys.argv[2])))):
+            lm = LlamaLM(LlamaModel(sys.argv[1], "kquant", None, rule))
+            ids = torch.tensor([(5 * i + 2) % 90 + 3 for i in range(40)])
+            cache = lm.new_cache()
+            lm.forward(ids[:23], cache, last_only=True)
+            block = lm.forward(ids[23:], cache).clone()
+            lm.rewind(cache, 17)
+            steps = torch.stack([lm.forward(ids[i : i + 1], cache)[0].clone() for i in range(23, 40)])
+            out[label] = torch.equal(block, steps)
+        print(json.dumps(out))
+        """
+    )
+    rule = json.dumps(RowRule(least=1, most=5, shared=False).to_json())
+    env = {**os.environ, "GGML_CPU_TILED_MM": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(ggufs["kquant"]), rule], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"bare": False, "rule": True}
+
+
+FORCED = RowRule(least=2, most=3, shared=False)
+
+
+@pytest.fixture(scope="module")
+def forced_pair(ggufs):
+    pair = specli.load(
+        target=str(ggufs["tiny-target"]),
+        draft=str(ggufs["tiny-draft"]),
+        strategy=["draft", "lookup", "none"],
+        engine="llama.cpp",
+        threads=1,
+    )
+    pair.target.rule = pair.draft.rule = FORCED
+    return pair
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_under_a_forced_rule_every_strategy_is_one_token_decoding_padded_alike(forced_pair, ggufs, case):
+    """Throwaway rows beside every lone token, verifies split at 3 rows, prompts prefilled as KV then
+    their last token as a step: the ids are exactly llama.cpp's one-token steps padded to 2 rows (a
+    row leaking into the chain's cells, a misplaced logits row or a lost split would change them)."""
+    reference = Reference(ggufs["tiny-target"], threads=1, pad=FORCED.least)
+    accepted = 0
+    for prompt in PROMPTS:
+        ids = forced_pair.prompt_ids(prompt, chat=False)
+        result = forced_pair.generate(
+            prompt_ids=ids, max_new_tokens=40, chat=False, ignore_eos=True, **CASES[case]
+        )
+        assert result.token_ids == reference.greedy(ids, 40)[0], (case, prompt)
+        accepted += result.stats.accepted
+    if case in ("lookup", "draft"):
+        assert accepted > 0
+
+
+def test_under_a_forced_rule_a_new_prompt_reuses_nothing(forced_pair):
+    """Cells a differently split prefill wrote may round otherwise: with shared=False nothing is reused."""
+    lm = forced_pair.target
+    ids = forced_pair.prompt_ids(PROMPTS[1], chat=False)
+    forced_pair.generate(prompt_ids=ids, max_new_tokens=4, chat=False, ignore_eos=True, strategy="none")
+    forced_pair.generate(prompt_ids=ids + [5], max_new_tokens=4, chat=False, ignore_eos=True, strategy="none")
+    assert lm.reused == 0
+
+
+def test_the_probe_keeps_the_rule_per_file_and_threads(ggufs, tmp_path, monkeypatch):
+    """Measured once in the child and kept in specli's cache: the second call reads it back."""
+    from specli.models.llama_cpp import probe
+
+    monkeypatch.setenv("SPECLI_CACHE_DIR", str(tmp_path))
+    assert probe.check_runs(ggufs["tiny-target"], "tiny.gguf", 1) == RowRule()
+    (mark,) = tmp_path.glob("llama-probe/*-t1.json")
+    assert json.loads(mark.read_text())["rule"] == RowRule().to_json()
+    monkeypatch.setattr(probe.subprocess, "run", None)  # a second child would fail the call
+    assert probe.check_runs(ggufs["tiny-target"], "tiny.gguf", 1) == RowRule()
