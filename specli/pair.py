@@ -373,7 +373,7 @@ class Pair:
 
     def describe_engine(self) -> str:
         """The engine and what it runs, for a header line: "torch", or "llama.cpp (FILE.gguf, Q4_1, 94 MiB, 2
-        threads)"."""
+        threads)", with the row rule when the file needs one ("; single tokens padded to 2 rows")."""
         if self.engine != engines.LLAMA:
             return self.engine
         import torch
@@ -381,13 +381,14 @@ class Pair:
         model = self.target_model
         size = f"{model.file_size / 2**20:.0f} MiB"
         threads = torch.get_num_threads()
-        return f"{self.engine} ({model.path.name}, {self.weights_dtype}, {size}, {threads} threads)"
+        rule = "" if self.target.rule.exact_everywhere else f"; {self.target.rule.describe()}"
+        return f"{self.engine} ({model.path.name}, {self.weights_dtype}, {size}, {threads} threads{rule})"
 
     @property
     def weights_dtype(self) -> str:
         """What the target's weights are stored as: a torch dtype, or the GGUF's type (llama.cpp)."""
-        if self.engine == engines.LLAMA:
-            return self.target_model.describe().rsplit(" ", 1)[-1]
+        if self.engine == engines.LLAMA:  # llama.cpp's "ARCH SIZE TYPE", e.g. "gemma3 270M Q4_K - Medium"
+            return self.target_model.describe().split(" ", 2)[-1]
         return str(next(self.target_model.parameters()).dtype).replace("torch.", "")
 
     def lean_step(self, model: Any) -> tuple[LeanDecoder | LeanHead | None, str | None]:
