@@ -405,6 +405,43 @@ def specbench_table(folder: Path) -> str:
     return "\n".join(lines)
 
 
+BUILDS = {"documented": "documented (no sgemm, no REPACK)", "sgemm": "llama.cpp's default kernels"}
+
+
+def _rule(report: dict) -> str:
+    """The row rule the bench's engine line names (nothing after the thread count: none needed)."""
+    detail = report["environment"].get("engine_detail", "")
+    return detail.rsplit("threads; ", 1)[1].rstrip(")") if "threads; " in detail else "none needed"
+
+
+def builds_table(folder: Path) -> str:
+    """The llama.cpp engine on each build (scripts/build_bench.sh), beside llama-server on the same file."""
+    lines = [
+        "| model | threads | build | row rule | specli plain | plain: specli / server | specli lookup "
+        "(× plain) | lookup / llama-server n-gram | editing: lookup / n-gram |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for threads in (1, 2):
+        for model, title in MODELS.items():
+            for build, name in BUILDS.items():
+                report = _load(folder / "builds", f"{model}-{build}-t{threads}")
+                if report is None:
+                    continue
+                overall = report["summary"]["overall"]
+                plain, lookup = overall["none"]["tokens_per_second"], overall["lookup"]["tokens_per_second"]
+                editing = report["summary"]["editing"]["lookup"]["tokens_per_second"]
+                server = _category_tps(report, "llama-server plain", None)
+                ngram, ngram_editing = (
+                    _category_tps(report, "llama-server ngram", c) for c in (None, "editing")
+                )
+                lines.append(
+                    f"| {title} | {threads} | {name} | {_rule(report)} | {plain:.1f} | "
+                    f"{_ratio(plain, server)} | {lookup:.1f} ({lookup / plain:.2f}×) | "
+                    f"{_ratio(lookup, ngram)} | {_ratio(editing, ngram_editing)} |"
+                )
+    return "\n".join(lines)
+
+
 def main() -> None:
     folder = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/data/bench-real")
     print(plain_table(folder), end="\n\n")
@@ -416,7 +453,8 @@ def main() -> None:
     print(lookup_engine_table(folder), end="\n\n")
     print(lookup_torch_table(folder), end="\n\n")
     print(lookup_category_table(folder), end="\n\n")
-    print(specbench_table(folder))
+    print(specbench_table(folder), end="\n\n")
+    print(builds_table(folder))
 
 
 if __name__ == "__main__":

@@ -328,3 +328,25 @@ def test_a_real_model_preset_defaults_to_its_fastest_measured_strategy():
         assert f"# why {preset.strategy}: " in shown.stdout
         for report in reports:
             assert report.stem.removeprefix(name) in preset.strategy_why.replace("\n", " "), report.name
+
+
+def test_the_build_table_is_the_committed_reports():
+    """docs/performance.md's table of llama.cpp builds is what scripts/real_tables.py prints from
+    docs/data/bench-real/builds/ (2 models x 2 builds x 2 thread counts), and every run's outputs were
+    plain decoding's: the row rule kept the sgemm build exact."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("real_tables", ROOT / "scripts" / "real_tables.py")
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    folder = ROOT / "docs" / "data" / "bench-real"
+    rows = tables.builds_table(folder).splitlines()
+    assert len(rows) == 2 + 8
+    performance = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+    for row in rows:
+        assert row in performance, row
+    reports = list((folder / "builds").glob("*.json"))
+    assert len(reports) == 8
+    for report in reports:
+        assert json.loads(report.read_text())["errors"] == [], report.name
