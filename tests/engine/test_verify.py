@@ -192,3 +192,18 @@ def test_k3_acceptance_lengths_corrections_and_bonus_follow_the_exact_distributi
         assert g_pvalue(tokens[j], RESIDUALS[j]) > 1e-3, (j, tokens[j].tolist())
     assert g_pvalue(tokens[3], P3[3]) > 1e-3, tokens[3].tolist()
     assert g_pvalue(first, P3[0]) > 1e-3, first.tolist()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_row_argmax_is_torch_argmax_on_ties_nan_and_views(dtype):
+    """The numpy path (CPU float32/64) and the torch path both give torch.argmax's index: the first
+    maximum on ties, NaN counted as the maximum, for 1-D rows, blocks and strided views."""
+    from specli.engine.verify import row_argmax
+
+    gen = torch.Generator().manual_seed(0)
+    block = (torch.randn(6, 1000, generator=gen) * 3).round().to(dtype)  # many exact ties
+    block[2, 17] = float("nan")
+    block[4, :] = float("-inf")
+    for x in (block, block[3], block[:, ::3], block.t()):
+        assert torch.equal(row_argmax(x), x.argmax(-1)), x.shape
+    assert row_argmax(block).dtype == torch.int64
