@@ -17,37 +17,25 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import torch
+import test_llama_engine as engine_tests
 from llama_reference import Reference, llama_or_skip
 from test_llama_engine import CASES, PROMPTS
 
 import specli
 from specli.models.llama_cpp.rows import RowRule
 
+ggufs = engine_tests.ggufs  # the fixture: the embedded pair as F32 GGUF files (one per module)
+
 
 @pytest.fixture(scope="module")
-def ggufs(tmp_path_factory) -> dict[str, Path]:
-    """The embedded tiny target and drafter as F32 GGUF files, and the target requantized to Q4_K_M."""
+def kquant(ggufs, tmp_path_factory) -> Path:
+    """The embedded target requantized by llama.cpp to Q4_K_M (K-quant weights: ggml's tiled path)."""
     llama = llama_or_skip()
-    from transformers import AutoModelForCausalLM
-
-    from specli.models.gguf_write import write_gguf
-    from specli.models.loading import load_tokenizer
-    from specli.models.sources import embedded_model
-
-    root = tmp_path_factory.mktemp("gguf")
-    out = {}
-    for name in ("tiny-target", "tiny-draft"):
-        folder = embedded_model(name)
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-        out[name] = write_gguf(root / f"{name}.gguf", model, load_tokenizer(folder), name=name)
+    path = tmp_path_factory.mktemp("kquant") / "tiny-q4_k_m.gguf"
     params = llama.llama_model_quantize_default_params()
     params.ftype = llama.LLAMA_FTYPE_MOSTLY_Q4_K_M
-    out["kquant"] = root / "tiny-q4_k_m.gguf"
-    assert (
-        llama.llama_model_quantize(str(out["tiny-target"]).encode(), str(out["kquant"]).encode(), params) == 0
-    )
-    return out
+    assert llama.llama_model_quantize(str(ggufs["tiny-target"]).encode(), str(path).encode(), params) == 0
+    return path
 
 
 def _measure(path: Path, tiled: str) -> RowRule:
@@ -71,20 +59,20 @@ def _measure(path: Path, tiled: str) -> RowRule:
 
 
 @pytest.mark.parametrize("name", ["tiny-target", "kquant"])
-def test_the_documented_build_needs_no_rule(ggufs, name):
+def test_the_documented_build_needs_no_rule(ggufs, kquant, name):
     """Built as the README says, every tested batch scores its rows as one-token steps: no throwaway
     rows, no splits, prompts reused (the engine pays nothing for exactness)."""
-    assert _measure(ggufs[name], "0") == RowRule()
+    assert _measure(kquant if name == "kquant" else ggufs[name], "0") == RowRule()
 
 
-def test_the_probe_finds_a_build_whose_batches_round_differently(ggufs):
+def test_the_probe_finds_a_build_whose_batches_round_differently(kquant):
     """ggml's tiled K-quant matmul takes products of 8 rows or more: the probe finds batches exact up to
     5 rows (the largest tested size under 8) and no longer sharing one rounding across sizes."""
-    rule = _measure(ggufs["kquant"], "1")
+    rule = _measure(kquant, "1")
     assert rule == RowRule(least=1, most=5, shared=False), rule
 
 
-def test_the_rule_makes_a_build_with_tiled_batches_exact_again(ggufs):
+def test_the_rule_makes_a_build_with_tiled_batches_exact_again(kquant):
     """In a child process with the tiled path on: a verify of 17 tokens differs from 17 one-token steps
     without a rule (the control) and equals them bit for bit under the rule the probe measured."""
     code = textwrap.dedent(
@@ -108,7 +96,7 @@ def test_the_rule_makes_a_build_with_tiled_batches_exact_again(ggufs):
     rule = json.dumps(RowRule(least=1, most=5, shared=False).to_json())
     env = {**os.environ, "GGML_CPU_TILED_MM": "1"}
     done = subprocess.run(
-        [sys.executable, "-c", code, str(ggufs["kquant"]), rule], capture_output=True, text=True, env=env
+        [sys.executable, "-c", code, str(kquant), rule], capture_output=True, text=True, env=env
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"bare": False, "rule": True}
