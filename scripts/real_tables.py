@@ -410,8 +410,8 @@ BUILDS = {"documented": "documented (no sgemm, no REPACK)", "sgemm": "llama.cpp'
 
 def _rule(report: dict) -> str:
     """The row rule the bench's engine line names (nothing after the thread count: none needed)."""
-    detail = report["environment"].get("engine_detail", "")
-    return detail.rsplit("threads; ", 1)[1].rstrip(")") if "threads; " in detail else "none needed"
+    detail = report["environment"].get("engine_detail", "").replace("threads; ", "thread; ")
+    return detail.rsplit("thread; ", 1)[1].rstrip(")") if "thread; " in detail else "none needed"
 
 
 def builds_table(folder: Path) -> str:

@@ -382,7 +382,8 @@ class Pair:
         size = f"{model.file_size / 2**20:.0f} MiB"
         threads = torch.get_num_threads()
         rule = "" if self.target.rule.exact_everywhere else f"; {self.target.rule.describe()}"
-        return f"{self.engine} ({model.path.name}, {self.weights_dtype}, {size}, {threads} threads{rule})"
+        cores = f"{threads} thread" + ("s" if threads != 1 else "")
+        return f"{self.engine} ({model.path.name}, {self.weights_dtype}, {size}, {cores}{rule})"
 
     @property
     def weights_dtype(self) -> str:

@@ -160,7 +160,7 @@ def test_the_probe_keeps_the_rule_per_file_and_threads(ggufs, tmp_path, monkeypa
 def test_the_header_names_the_rule_a_file_needs(forced_pair, ggufs):
     """The engine line says what exactness costs on this file; the exact build's says nothing more."""
     assert forced_pair.describe_engine().endswith(
-        "threads; single tokens padded to 2 rows, batches split at 3 rows)"
+        "thread; single tokens padded to 2 rows, batches split at 3 rows)"
     )
     plain = specli.load(target=str(ggufs["tiny-target"]), strategy="none", engine="llama.cpp", threads=1)
-    assert plain.describe_engine().endswith(" 1 threads)")
+    assert plain.describe_engine().endswith(" 1 thread)")
