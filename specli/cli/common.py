@@ -4,8 +4,12 @@ exit code (2 usage, 1 runtime; `--debug` or SPECLI_DEBUG=1 for the traceback).""
 from __future__ import annotations
 
 import os
+import signal
+import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -46,6 +50,39 @@ def user_errors(debug: bool) -> Iterator[None]:
         )
         stderr_console().print("Run again with --debug for the full traceback.", markup=False)
         raise typer.Exit(1) from None
+
+
+STUCK_EXIT_S = 3.0  # after Ctrl-C while loading, how long the usual way out may take
+
+
+@contextmanager
+def ctrl_c_ends_loading() -> Iterator[None]:
+    """While models load: Ctrl-C raises KeyboardInterrupt as usual (one line, exit 130, or the traceback
+    with --debug), and if the process is still alive STUCK_EXIT_S later — a thread pool's shutdown
+    waiting on a stalled download holds the interrupt until its workers end — it says so and exits 130
+    at once. Main thread only (a signal handler cannot be set elsewhere)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stuck() -> None:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        sys.stderr.write("interrupted.\n")
+        sys.stderr.flush()
+        os._exit(130)
+
+    def interrupt(signum: int, frame: Any) -> None:
+        timer = threading.Timer(STUCK_EXIT_S, stuck)
+        timer.daemon = True
+        timer.start()
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def quiet_transformers() -> None:

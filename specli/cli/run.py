@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from specli.cli.common import quiet_transformers, stderr_console
+from specli.cli.common import ctrl_c_ends_loading, quiet_transformers, stderr_console
 from specli.cli.options import GenerationOptions, ModelOptions, check_before_loading
 from specli.render.progress import loading_progress
 from specli.settings import Settings
@@ -61,7 +61,8 @@ def load_pair(
     preset = preset_for(models.preset, target=models.target, draft=models.draft, strategy=strategies or None)
     check_model_options(device=models.device, dtype=models.dtype, quant=models.quant)
     quiet_transformers()
-    with loading_progress(stderr_console(no_color), announce=announce) as download_bars:
+    progress = loading_progress(stderr_console(no_color), announce=announce)
+    with ctrl_c_ends_loading(), progress as download_bars:
         pair = load(
             preset,
             target=models.target,

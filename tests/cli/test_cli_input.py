@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -227,6 +228,37 @@ def test_ctrl_c_while_models_load_exits_130_quietly(tmp_path):
     assert proc.returncode == 130, err.decode()
     assert err.decode().strip() == "interrupted.", err.decode()
     assert out == b""
+
+
+def test_ctrl_c_while_a_thread_pool_waits_on_a_stalled_download_exits_at_once():
+    """Loading inside a thread pool whose worker is stuck (a download that never answers): the
+    KeyboardInterrupt waits for the pool's shutdown, which waits for the worker. ctrl_c_ends_loading
+    ends the process anyway: one line, exit 130, within seconds instead of the worker's 60 s."""
+    script = textwrap.dedent(
+        """
+        import time
+        from concurrent.futures import ThreadPoolExecutor
+        from specli.cli.common import ctrl_c_ends_loading
+        with ctrl_c_ends_loading():
+            with ThreadPoolExecutor(2) as pool:
+                pool.submit(time.sleep, 60)
+                print("loading", flush=True)
+                time.sleep(60)
+        """
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=subprocess_env()
+    )
+    try:
+        assert proc.stdout.readline() == b"loading\n"
+        start = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err.decode()
+    assert err.decode().strip().endswith("interrupted."), err.decode()
+    assert time.monotonic() - start < 20
 
 
 # --------------------------------------------------------------------------- 3: threads
