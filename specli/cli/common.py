@@ -60,8 +60,10 @@ def ctrl_c_ends_loading() -> Iterator[None]:
     """While models load: Ctrl-C raises KeyboardInterrupt as usual (one line, exit 130, or the traceback
     with --debug), and if the process is still alive STUCK_EXIT_S later — a thread pool's shutdown
     waiting on a stalled download holds the interrupt until its workers end — it says so and exits 130
-    at once. Main thread only (a signal handler cannot be set elsewhere)."""
-    if threading.current_thread() is not threading.main_thread():
+    at once. Main thread only (a signal handler cannot be set elsewhere); a process started with Ctrl-C
+    ignored (a shell's background job) is left as it is."""
+    ignored = signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, None)  # a background job keeps ignoring it
+    if ignored or threading.current_thread() is not threading.main_thread():
         yield
         return
 

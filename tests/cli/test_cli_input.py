@@ -261,6 +261,18 @@ def test_ctrl_c_while_a_thread_pool_waits_on_a_stalled_download_exits_at_once():
     assert time.monotonic() - start < 20
 
 
+def test_a_process_started_with_ctrl_c_ignored_keeps_ignoring_it_while_loading():
+    """A shell's background job starts with SIGINT ignored: loading must not make it interruptible."""
+    from specli.cli.common import ctrl_c_ends_loading
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with ctrl_c_ends_loading():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 # --------------------------------------------------------------------------- 3: threads
 
 
