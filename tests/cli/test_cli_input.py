@@ -190,6 +190,23 @@ def test_save_into_a_missing_folder_is_refused_before_loading(no_loading, tmp_pa
 # --------------------------------------------------------------------------- 14: Ctrl-C while starting up
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    """In the child before exec: SIGINT at its default and not blocked, as a process started from a
+    terminal has it. Children inherit an ignored or blocked SIGINT (a test run started as a shell's
+    background job, a worker whose earlier tests changed it), and Ctrl-C would then not arrive."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+
+
+def _signal_state(pid: int) -> str:
+    """The child's ignored and blocked signal masks (/proc), for a failure's message."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return "no /proc"
+    return " ".join(line for line in lines if line.startswith(("SigIgn", "SigBlk", "SigCgt")))
+
+
 def test_ctrl_c_while_models_load_exits_130_quietly(tmp_path):
     """The target is a hub id and the hub a local server that accepts and never answers: the process is
     held inside loading once the model's request arrives. Then SIGINT: one line, exit 130."""
@@ -207,6 +224,7 @@ def test_ctrl_c_while_models_load_exits_130_quietly(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
+        preexec_fn=_ctrl_c_as_in_a_terminal,
     )
     held = []
     try:
@@ -218,14 +236,18 @@ def test_ctrl_c_while_models_load_exits_130_quietly(tmp_path):
                 break
             conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
             conn.close()
+        state = _signal_state(proc.pid)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
+        try:
+            out, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"no exit 120 s after Ctrl-C (the child's signals before it: {state})")
     finally:
         proc.kill()
         for conn in held:
             conn.close()
         server.close()
-    assert proc.returncode == 130, err.decode()
+    assert proc.returncode == 130, (err.decode(), state)
     assert err.decode().strip() == "interrupted.", err.decode()
     assert out == b""
 
@@ -247,7 +269,11 @@ def test_ctrl_c_while_a_thread_pool_waits_on_a_stalled_download_exits_at_once():
         """
     )
     proc = subprocess.Popen(
-        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=subprocess_env()
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=subprocess_env(),
+        preexec_fn=_ctrl_c_as_in_a_terminal,
     )
     try:
         assert proc.stdout.readline() == b"loading\n"
