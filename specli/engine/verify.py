@@ -9,10 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-import numpy as np
 import torch
 
-from specli.engine.sampling import SamplingConfig, process_logits, sample
+from specli.engine.sampling import SamplingConfig, process_logits, row_argmax, sample
 from specli.engine.tree import ROOT, TreeRecord, children
 
 
@@ -54,16 +53,6 @@ class Verdict:
     def committed(self) -> list[int]:
         """The tokens this verdict appends: the accepted drafts, then the correction or bonus."""
         return self.drafted[: self.accepted] + [self.token]
-
-
-def row_argmax(logits: torch.Tensor) -> torch.Tensor:
-    """argmax over the last dim, [..., V] -> [...]: the first maximum on ties and NaN as the maximum, as
-    torch.argmax. Float32/64 logits on the CPU go through numpy's (0.015 ms against torch's 0.38 ms
-    over a 262,144-token vocabulary: 1.6 % of a Gemma 3 step on llama.cpp)."""
-    numpy_ok = logits.dtype in (torch.float32, torch.float64) and not logits.requires_grad
-    if logits.device.type == "cpu" and numpy_ok:
-        return torch.from_numpy(np.asarray(np.argmax(logits.numpy(), axis=-1)))
-    return logits.argmax(-1)
 
 
 def verify_greedy(draft_ids: torch.Tensor, target_logits: torch.Tensor) -> Verdict:

@@ -198,7 +198,7 @@ def test_k3_acceptance_lengths_corrections_and_bonus_follow_the_exact_distributi
 def test_row_argmax_is_torch_argmax_on_ties_nan_and_views(dtype):
     """The numpy path (CPU float32/64) and the torch path both give torch.argmax's index: the first
     maximum on ties, NaN counted as the maximum, for 1-D rows, blocks and strided views."""
-    from specli.engine.verify import row_argmax
+    from specli.engine.sampling import row_argmax
 
     gen = torch.Generator().manual_seed(0)
     block = (torch.randn(6, 1000, generator=gen) * 3).round().to(dtype)  # many exact ties

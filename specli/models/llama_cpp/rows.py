@@ -24,13 +24,16 @@ USEFUL_ROWS = 5  # a rule is taken once batches of this many rows are exact unde
 
 @dataclass(frozen=True)
 class RowRule:
-    """Forwards that return logits run with `least` <= rows <= `most`; `shared` is whether rows of any
-    batch size round alike (only then may a new prompt reuse KV cells an earlier, differently split
-    prefill wrote)."""
+    """Forwards that return logits run with `least` <= rows <= `most`."""
 
     least: int = 1
     most: int = max(TESTED)
-    shared: bool = True
+
+    @property
+    def shared(self) -> bool:
+        """Whether rows of every tested batch size round alike: only then may a new prompt reuse KV cells
+        an earlier, differently split prefill wrote."""
+        return self.most >= max(TESTED)
 
     @property
     def exact_everywhere(self) -> bool:
@@ -39,19 +42,17 @@ class RowRule:
     def describe(self) -> str:
         if self.exact_everywhere:
             return "batches score as one-token steps"
-        parts = []
-        if self.least > 1:
-            parts.append(f"single tokens padded to {self.least} rows")
-        if self.most < max(TESTED):
+        parts = [f"single tokens padded to {self.least} rows"] if self.least > 1 else []
+        if not self.shared:
             parts.append(f"batches split at {self.most} rows")
-        return ", ".join(parts) or "prompts not reused across batch sizes"
+        return ", ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RowRule:
-        return cls(int(data["least"]), int(data["most"]), bool(data["shared"]))
+        return cls(int(data["least"]), int(data["most"]))
 
 
 def context_params(llama: Any, n_ctx: int, threads: int, batch: int, sequences: int) -> Any:
@@ -70,9 +71,9 @@ def context_params(llama: Any, n_ctx: int, threads: int, batch: int, sequences: 
     return params
 
 
-def fill(batch: Any, tokens: list[int], start: int, seq: int, pad: int, pad_seq: int, logits: bool) -> int:
-    """Write tokens at positions start.. of `seq` into `batch`, then `pad` throwaway rows (`pad_rows`);
-    returns the row count. Logits rows come first: [len(tokens), V]."""
+def fill(batch: Any, tokens: list[int], start: int, seq: int, pad: int, pad_seq: int, logits: bool) -> None:
+    """Write tokens at positions start.. of `seq` into `batch`, then `pad` throwaway rows (`pad_rows`).
+    Logits rows come first: [len(tokens), V]."""
     for i, token in enumerate(tokens):
         batch.token[i] = token
         batch.pos[i] = start + i
@@ -81,7 +82,6 @@ def fill(batch: Any, tokens: list[int], start: int, seq: int, pad: int, pad_seq:
         batch.logits[i] = logits
     pad_rows(batch, len(tokens), pad, pad_seq, tokens[-1] if tokens else 0)
     batch.n_tokens = len(tokens) + pad
-    return batch.n_tokens
 
 
 def pad_rows(batch: Any, first: int, pad: int, pad_seq: int, token: int) -> None:
@@ -140,7 +140,7 @@ def measure(llama: Any, model: Any, threads: int, batch_size: int, sequences: in
                 ):
                     break
                 most = n
-            rule = RowRule(least, max(most, least), shared=most == top)
+            rule = RowRule(least, max(most, least))
             if best is None or rule.most > best.most:
                 best = rule
             if most >= USEFUL_ROWS:
