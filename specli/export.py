@@ -110,6 +110,7 @@ class ExportPair:
     drafter: Model | None = None
     kind: DrafterKind | None = None
     layout: str | None = None  # an EAGLE head's config layout: speculators | specli | safeailab
+    # (blockwise heads: specli, or sequential for heads that read the token before their own)
     notes: tuple[str, ...] = ()
 
     @property
@@ -235,7 +236,7 @@ def drafter_kind(config: Mapping[str, Any]) -> tuple[DrafterKind, str | None]:
     SafeAILab head (a Llama config plus draft_vocab_size; P-EAGLE when it names a mask token), a PARD
     drafter (a model naming a mask token), else a plain autoregressive draft model."""
     if isinstance(config.get(HEADS_KEY), Mapping):  # blockwise heads (`specli train heads`)
-        return "heads", "specli"
+        return "heads", "sequential" if config[HEADS_KEY].get("sequential") is True else "specli"
     masked = any(type(config.get(key)) is int for key in MASK_TOKEN_KEYS)  # an id, not a bool
     speculators = config.get("speculators_model_type")
     if speculators is not None:
@@ -407,6 +408,12 @@ def _check_runs(engine: str, pair: ExportPair) -> None:
         raise _refuse(engine, what)
     if engine == "llama.cpp" and pair.kind == "eagle1":
         raise _refuse(engine, f"an EAGLE-1 head ({_drafter(pair).name})")
+    if pair.kind == "heads" and pair.layout == "sequential":
+        raise _refuse(
+            engine,
+            f"sequential heads ({_drafter(pair).name}: each reads the token before its own, and vLLM's "
+            "Medusa heads read the hidden state alone; train them without --sequential to serve them)",
+        )
     if engine != "vllm" and pair.kind == "heads":
         raise _refuse(
             engine, f"blockwise (Medusa) heads ({_drafter(pair).name}; only vllm reads Medusa heads)"

@@ -164,6 +164,14 @@ IntermediateOpt = Annotated[
 ParallelOpt = Annotated[
     Int, _opt("peagle, pard: drafts per forward it learns (default 8); heads: how many heads (default 4).")
 ]
+SequentialOpt = Annotated[
+    bool,
+    typer.Option(
+        "--sequential",
+        help="heads: each head also reads the token before its own (Hydra's heads; Medusa's read the "
+        "hidden state alone). Still no forward of any model.",
+    ),
+]
 SeedOpt = Annotated[Int, _opt("Seed of the data order and initialisation (default 0).")]
 TimeLimitOpt = Annotated[
     str | None,
@@ -223,6 +231,7 @@ def train_command(
     aux_layers: AuxLayersOpt = None,
     intermediate: IntermediateOpt = None,
     parallel: ParallelOpt = None,
+    sequential: SequentialOpt = False,
     seed: SeedOpt = None,
     time_limit: TimeLimitOpt = None,
     checkpoint_every: CheckpointEveryOpt = None,
@@ -249,7 +258,7 @@ def train_command(
         out=out, target=target, data=data, init=init, regenerate=regenerate,
         regenerate_tokens=regenerate_tokens, steps=steps, batch_size=batch_size, context=context, lr=lr,
         draft_vocab=draft_vocab, ttt_steps=ttt_steps, layers=layers, aux_layers=aux_layers,
-        intermediate=intermediate, parallel=parallel, seed=seed, time_limit=time_limit,
+        intermediate=intermediate, parallel=parallel, sequential=sequential, seed=seed, time_limit=time_limit,
         checkpoint_every=checkpoint_every, resume=resume, overwrite=overwrite, quick=quick,
         eval_prompts=eval_prompts, eval_count=eval_count, eval_tokens=eval_tokens,
         num_draft_tokens=num_draft_tokens, compare_with=compare_with, device=device, dtype=dtype,

@@ -7,10 +7,16 @@ engine runs anyway (the prefill's last row, then each verify forward's row of th
 `feature_layers` = the target's depth), so a round costs one pass of K small blocks and K LM-head rows,
 and no extra forward of any model.
 
-q: no draft depends on the drafts before it (all K read the same h); d_i is drawn from head i's own
-distribution, processed as the target's p (`Drafts.take`: temperature, top-k, top-p, min-p), and that
-distribution is its q: rejection sampling stays exact (docs/design.md §10, as for any parallel drafter).
-Greedy: d_i is head i's argmax (q one-hot).
+Sequential heads (Hydra's form, `HeadsConfig.sequential`): head i also reads the embedding of the token
+before its draft (head 1 the pending token's, head i > 1 head i-1's draft), so a chain runs its K blocks
+one after another, and a tree node's children come from the next head applied to that node's own state.
+Still no forward of any model: q_i is head i's distribution given the drafts before it, as a draft
+model's q is.
+
+Medusa heads' q: no draft depends on the drafts before it (all K read the same h); d_i is drawn from
+head i's own distribution, processed as the target's p (`Drafts.take`: temperature, top-k, top-p,
+min-p), and that distribution is its q: rejection sampling stays exact (docs/design.md §10, as for any
+parallel drafter). Greedy: d_i is head i's argmax (q one-hot).
 
 Trees (`--tree N`, Medusa's form): the root's children are head 1's top W tokens (under sampling W draws
 from it), and every node at depth d gets head d+1's (`engine.tree.grow`: depth by depth the W likeliest
@@ -18,7 +24,8 @@ paths are expanded, as for EAGLE). No head depends on the drafts, so a depth cos
 and a top-W (or W draws) of one head; the target's verify row of the kept path's last node gives the
 next round's state.
 
-Round.info: head ("heads"), target_layers ([L]), parallel (true) and heads (K).
+Round.info: head ("heads"), target_layers ([L]), parallel (true), heads (K) and, for sequential heads,
+sequential (true).
 """
 
 from __future__ import annotations
@@ -30,9 +37,9 @@ import torch
 
 from specli.engine.drafter import Drafter, Drafts, Proposal
 from specli.engine.sampling import SamplingConfig, ranking_distribution
-from specli.engine.tree import TreeGrowth, depths, grow
+from specli.engine.tree import ROOT, TreeGrowth, depths, grow
 from specli.errors import UsageError
-from specli.models.blockwise_heads import BlockwiseHeads
+from specli.models.blockwise_heads import BlockwiseHeads, token_inputs
 
 if TYPE_CHECKING:
     from specli.drafters.context import DraftContext
@@ -59,6 +66,8 @@ class HeadsDrafter(Drafter):
         self.tree_draws = True  # under sampling its children are drawn from q
         self.feature_layers = (int(target_model.config.get_text_config().num_hidden_layers),)
         self._lm_head = target_model.get_output_embeddings()
+        self._embed = target_model.get_input_embeddings() if heads.config.sequential else None
+        self._pending: int | None = None  # the pending token (what sequential head 1 reads)
         self._hidden: torch.Tensor | None = None  # [H] the state that produced pending
         self._verified: torch.Tensor | None = None  # [n, H] the last verify forward's states
         self._prefill = False  # a prefill's features are still to come
@@ -70,6 +79,7 @@ class HeadsDrafter(Drafter):
 
     def reset(self, prompt_ids: list[int]) -> None:
         self._hidden, self._verified = None, None
+        self._pending = int(prompt_ids[-1]) if len(prompt_ids) else None
         self._prefill = len(prompt_ids) > 1  # a one-token prompt has no prefill forward
 
     def observe_features(self, features: torch.Tensor) -> None:
@@ -92,9 +102,14 @@ class HeadsDrafter(Drafter):
         if self._hidden is None or k < 1:  # no state yet (a one-token prompt): a plain step
             return Proposal.empty()
         k = min(k, self.heads.config.num_heads)
-        logits = self.heads.logits(self._hidden.to(self.device), self._lm_head)[:k]  # [k, V]
         info = {"head": "heads", "target_layers": list(self.feature_layers), "parallel": True}
         info["heads"] = self.heads.config.num_heads
+        if self._embed is not None:
+            info["sequential"] = True
+            if nodes:
+                return self._propose_sequential_tree(k, sampling, generator, nodes, info, shape)
+            return self._propose_sequential(k, sampling, generator, info)
+        logits = self.heads.logits(self._hidden.to(self.device), self._lm_head)[:k]  # [k, V]
         if nodes:
             return self._propose_tree(logits, sampling, generator, nodes, info, shape)
         drafts = Drafts(sampling, generator, self.p_min)
@@ -102,6 +117,70 @@ class HeadsDrafter(Drafter):
             if drafts.take(row) is None:
                 break
         return drafts.proposal(info)
+
+    def _token_inputs(self, ids: list[int] | torch.Tensor) -> torch.Tensor:
+        """Token ids [n] -> what a sequential head reads of them [n, H], on the heads' device."""
+        assert self._embed is not None
+        ids = torch.as_tensor(ids, dtype=torch.long, device=self._embed.weight.device)
+        return token_inputs(self._embed(ids)).to(self.device)
+
+    def _head_logits(self, i: int, states: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Head i (0-based) after states [n, H] and the tokens before its drafts [n, H] -> (its states
+        [n, H], its logits [n, V])."""
+        state = self.heads.step(i, states, tokens)
+        return state, self._lm_head(state.to(self._lm_head.weight.dtype))
+
+    def _propose_sequential(
+        self, k: int, sampling: SamplingConfig, generator: torch.Generator | None, info: dict[str, Any]
+    ) -> Proposal:
+        """A chain from sequential heads: head i reads head i-1's state and draft (head 1: h, pending)."""
+        assert self._hidden is not None and self._pending is not None
+        drafts = Drafts(sampling, generator, self.p_min)
+        state, token = self._hidden.to(self.device)[None], torch.tensor([self._pending])  # [1, H], [1]
+        for i in range(k):
+            state, logits = self._head_logits(i, state, self._token_inputs(token))  # [1, H], [1, V]
+            token = drafts.take(logits[0])
+            if token is None:
+                break
+        return drafts.proposal(info)
+
+    def _propose_sequential_tree(
+        self,
+        k: int,
+        sampling: SamplingConfig,
+        generator: torch.Generator | None,
+        size: int,
+        info: dict[str, Any],
+        shape: Sequence[int] | None = None,
+    ) -> Proposal:
+        """A tree from sequential heads: a node at depth d (1 for the root's children) gets its children
+        from head d+1 applied to its own state and token, so siblings' subtrees differ."""
+        assert self._hidden is not None and self._pending is not None
+        first_state, first = self._head_logits(
+            0, self._hidden.to(self.device)[None], self._token_inputs([self._pending])
+        )  # [1, H], [1, V]
+        below: dict[int, torch.Tensor] = {ROOT: first_state[0]}  # node -> the state its token followed
+
+        def expand(frontier: list[int], growth: TreeGrowth) -> torch.Tensor:
+            at = depths(growth.parents)
+            rows = [None] * len(frontier)
+            for d in sorted({at[node] for node in frontier}):  # one depth per call in practice
+                picked = [row for row, node in enumerate(frontier) if at[node] == d]
+                nodes = [frontier[row] for row in picked]
+                states = torch.stack([below[growth.parents[node]] for node in nodes])  # [w, H]
+                tokens = self._token_inputs([growth.tokens[node] for node in nodes])  # [w, H]
+                state, logits = self._head_logits(d, states, tokens)  # [w, H], [w, V]
+                for j, (row, node) in enumerate(zip(picked, nodes, strict=True)):
+                    below[node] = state[j]
+                    rows[row] = logits[j]
+            return ranking_distribution(torch.stack(rows), sampling)  # [w, V]
+
+        first_dist = ranking_distribution(first, sampling)[0]  # [V]
+        tokens, parents, probs, q = grow(
+            first_dist, expand, k, self.tree_width, size, generator, drawn=not sampling.greedy, shape=shape
+        )
+        ids = torch.tensor(tokens, dtype=torch.long)
+        return Proposal(ids, q, {**info, "tree": len(tokens)}, parents=parents, probs=probs)
 
     def _propose_tree(
         self,
@@ -134,6 +213,7 @@ class HeadsDrafter(Drafter):
         return Proposal(ids, q, {**info, "tree": len(tokens)}, parents=parents, probs=probs)
 
     def commit(self, accepted: int, token: int) -> None:
+        self._pending = token
         if self._verified is not None:  # the row of the last accepted token produced `token`
             self._hidden, self._verified = self._verified[accepted], None
 

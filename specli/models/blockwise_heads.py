@@ -7,17 +7,24 @@ token x_{t+1}, and predicts x_{t+1+i}: `lm_head(h_t + SiLU(W_i h_t + b_i))`. tra
 Qwen2 (their LM head applied to it gives the logits), so the heads go straight into the LM head. W_i
 starts at zero: an untrained head is the LM head itself (it repeats the pending token's prediction).
 
-A folder of heads: config.json `{"specli_heads": {"num_heads": K, "hidden_size": H, "target": "..."}}`
-and model.safetensors with `heads.{i}.linear.weight` [H, H] and `heads.{i}.linear.bias` [H]
-(i = 0..K-1). `read_config` / `check_fits` / `load_heads` read and check one (the config first, so a
-folder for another target is refused before its weights are opened); `save_heads` writes one.
+Sequential heads (Hydra's form, Ankner et al. 2024: "sequentially dependent draft heads") also read the
+token before the one they draft: head i's state is s_i = s_{i-1} + SiLU(W_i [s_{i-1}; e(y_{i-1})] + b_i),
+s_0 = h_t, y_0 = the pending token, y_i = head i's draft, e the target's input embedding RMS-normalised
+(no weight). Still no forward of any model: one small block per drafted token. A Medusa head drafts x_{t+2}
+without knowing x_{t+1}; a sequential head knows it, which is most of what EAGLE's first draft knows.
+
+A folder of heads: config.json `{"specli_heads": {"num_heads": K, "hidden_size": H, "target": "...",
+"sequential": false}}` and model.safetensors with `heads.{i}.linear.weight` [H, H] ([H, 2H] sequential)
+and `heads.{i}.linear.bias` [H] (i = 0..K-1). `read_config` / `check_fits` / `load_heads` read and check
+one (the config first, so a folder for another target is refused before its weights are opened);
+`save_heads` writes one.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +48,7 @@ class HeadsConfig:
     num_heads: int
     hidden_size: int
     target: str = ""
+    sequential: bool = False  # each head also reads the token before its own (Hydra's form)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     parallel = True
@@ -56,20 +64,28 @@ class HeadsConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The config.json of a heads folder."""
-        return {KEY: {"num_heads": self.num_heads, "hidden_size": self.hidden_size, "target": self.target}}
+        body = {"num_heads": self.num_heads, "hidden_size": self.hidden_size, "target": self.target}
+        return {KEY: {**body, "sequential": self.sequential}}
+
+    @property
+    def form(self) -> str:
+        """'sequential' (Hydra's heads) or 'medusa'."""
+        return "sequential" if self.sequential else "medusa"
 
 
 class ResBlock(nn.Module):
     """x + SiLU(Linear(x)); the Linear starts at zero, so a fresh block is the identity."""
 
-    def __init__(self, hidden: int) -> None:
+    def __init__(self, hidden: int, inputs: int | None = None) -> None:
         super().__init__()
-        self.linear = nn.Linear(hidden, hidden)
+        self.linear = nn.Linear(inputs or hidden, hidden)
         nn.init.zeros_(self.linear.weight)
         nn.init.zeros_(self.linear.bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + nn.functional.silu(self.linear(x))
+    def forward(self, x: torch.Tensor, token: torch.Tensor | None = None) -> torch.Tensor:
+        """x [..., H] (token [..., H]: a sequential block's embedding of the token before) -> [..., H]."""
+        inputs = x if token is None else torch.cat([x, token], -1)
+        return x + nn.functional.silu(self.linear(inputs))
 
 
 class BlockwiseHeads(nn.Module):
@@ -78,11 +94,29 @@ class BlockwiseHeads(nn.Module):
     def __init__(self, config: HeadsConfig) -> None:
         super().__init__()
         self.config = config
-        self.heads = nn.ModuleList(ResBlock(config.hidden_size) for _ in range(config.num_heads))
+        h = config.hidden_size
+        inputs = 2 * h if config.sequential else h
+        self.heads = nn.ModuleList(ResBlock(h, inputs) for _ in range(config.num_heads))
 
-    def states(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden [..., H] -> [K, ..., H]: head i's state for each position (i = 0..K-1)."""
-        return torch.stack([head(hidden) for head in self.heads])
+    def states(self, hidden: torch.Tensor, tokens: torch.Tensor | None = None) -> torch.Tensor:
+        """hidden [..., H] -> [K, ..., H]: head i's state for each position (i = 0..K-1). Sequential heads
+        also take tokens [K, ..., H]: the embeddings (`token_inputs`) of the tokens y_0..y_{K-1} that
+        heads 1..K read (teacher forcing: the true ones)."""
+        if not self.config.sequential:
+            return torch.stack([head(hidden) for head in self.heads])
+        if tokens is None:
+            raise ValueError("sequential heads need the embeddings of the tokens they read")
+        out, state = [], hidden
+        for head, token in zip(self.heads, tokens, strict=False):
+            state = head(state, token)
+            out.append(state)
+        return torch.stack(out)
+
+    def step(self, i: int, state: torch.Tensor, token: torch.Tensor | None = None) -> torch.Tensor:
+        """Head i's (0-based) state from the state before it ([..., H]: h for head 0, else head i-1's
+        state; for Medusa heads always h) and, sequential, the embedding of the token before its own."""
+        weight = self.heads[i].linear.weight
+        return self.heads[i](state.to(weight.dtype), None if token is None else token.to(weight.dtype))
 
     def logits(self, hidden: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
         """hidden [..., H] -> [K, ..., V]: head i's logits for the token i + 1 places after the next (the
@@ -95,6 +129,12 @@ class BlockwiseHeads(nn.Module):
         return self.heads[0].linear.weight.device
 
 
+def token_inputs(embeddings: torch.Tensor) -> torch.Tensor:
+    """The target's input embeddings of tokens [..., H] -> what a sequential head reads of them: RMS
+    normalised without a weight (so every architecture's embedding scale reads alike)."""
+    return nn.functional.rms_norm(embeddings.float(), (embeddings.shape[-1],), eps=1e-6)
+
+
 def is_heads(data: Mapping[str, Any]) -> bool:
     """Whether a config.json (as a dict) is a folder of blockwise heads."""
     return isinstance(data.get(KEY), Mapping)
@@ -104,10 +144,16 @@ def config_from_dict(data: Mapping[str, Any], name: str) -> HeadsConfig:
     """A heads folder's config.json -> HeadsConfig (ModelLoadError when its numbers are missing)."""
     body = data.get(KEY) or {}
     try:
-        return HeadsConfig(int(body["num_heads"]), int(body["hidden_size"]), str(body.get("target") or ""))
+        sequential = body.get("sequential", False)
+        if not isinstance(sequential, bool):
+            raise TypeError(f"sequential must be true or false, not {sequential!r}")
+        return HeadsConfig(
+            int(body["num_heads"]), int(body["hidden_size"]), str(body.get("target") or ""), sequential
+        )
     except (KeyError, TypeError, ValueError) as err:
         raise ModelLoadError(
-            f"the heads '{name}': config.json's '{KEY}' needs integer num_heads and hidden_size ({err})"
+            f"the heads '{name}': config.json's '{KEY}' needs integer num_heads and hidden_size, and "
+            f"sequential true or false ({err})"
         ) from None
 
 
@@ -137,7 +183,7 @@ def _expected(config: HeadsConfig) -> dict[str, tuple[int, ...]]:
     h = config.hidden_size
     shapes: dict[str, tuple[int, ...]] = {}
     for i in range(config.num_heads):
-        shapes[f"heads.{i}.linear.weight"] = (h, h)
+        shapes[f"heads.{i}.linear.weight"] = (h, 2 * h if config.sequential else h)
         shapes[f"heads.{i}.linear.bias"] = (h,)
     return shapes
 
@@ -145,7 +191,8 @@ def _expected(config: HeadsConfig) -> dict[str, tuple[int, ...]]:
 def parameter_bytes(config: HeadsConfig, dtype: torch.dtype) -> int:
     """Bytes the heads' weights take in dtype (for the memory planner)."""
     size = torch.tensor([], dtype=dtype).element_size()
-    return config.num_heads * (config.hidden_size + 1) * config.hidden_size * size
+    inputs = 2 * config.hidden_size if config.sequential else config.hidden_size
+    return config.num_heads * (inputs + 1) * config.hidden_size * size
 
 
 def load_heads(
@@ -192,6 +239,6 @@ def save_heads(heads: BlockwiseHeads, folder: Path | str, target: str | None = N
     state = {key: t.detach().to(STORED_DTYPE).contiguous() for key, t in heads.state_dict().items()}
     save_file(state, str(folder / WEIGHTS), metadata={"format": "pt"})
     config = heads.config
-    data = HeadsConfig(config.num_heads, config.hidden_size, target or config.target).to_dict()
+    data = replace(config, target=target or config.target).to_dict()
     (folder / "config.json").write_text(json.dumps({**data, "torch_dtype": "bfloat16"}, indent=2) + "\n")
     return folder

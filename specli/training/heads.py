@@ -7,6 +7,9 @@ reads h_t and learns the target's distribution at position t + i (the one over x
 cross-entropy to that whole distribution (KL up to the target's entropy), weighted step_decay**(i-1) as
 the EAGLE recipes weight later draft depths. Its agreement is how often its argmax is the target's there:
 the greedy acceptance proxy of draft position i.
+
+Sequential heads (`--sequential`) read the true tokens x_{t+1} .. x_{t+i} before their own (teacher
+forcing, as EAGLE's training reads true features): slot t of head i is valid while t + i < T.
 """
 
 from __future__ import annotations
@@ -15,14 +18,29 @@ from typing import Any
 
 import torch
 
-from specli.models.blockwise_heads import BlockwiseHeads, HeadsConfig
+from specli.models.blockwise_heads import BlockwiseHeads, HeadsConfig, token_inputs
 from specli.training.common import mixed_precision
 
 
-def new_heads(target: Any, num_heads: int, target_name: str = "") -> BlockwiseHeads:
+def new_heads(target: Any, num_heads: int, target_name: str = "", sequential: bool = False) -> BlockwiseHeads:
     """K fresh heads for the target: zero blocks, so each starts as the target's LM head."""
     hidden = int(target.config.get_text_config().hidden_size)
-    return BlockwiseHeads(HeadsConfig(num_heads, hidden, target_name))
+    return BlockwiseHeads(HeadsConfig(num_heads, hidden, target_name, sequential))
+
+
+def teacher_tokens(heads: BlockwiseHeads, target: Any, batch: torch.Tensor) -> torch.Tensor | None:
+    """batch [B, T] -> what sequential heads read at each slot t [K, B, T, H]: head i (0-based) the
+    embedding of x_{t+1+i}, zeros past the window's end (slots no loss reads); None for Medusa heads."""
+    if not heads.config.sequential:
+        return None
+    with torch.no_grad():
+        embedded = token_inputs(target.get_input_embeddings()(batch))  # [B, T, H]
+    t = batch.shape[1]
+    shifted = []
+    for i in range(heads.config.num_heads):
+        part = embedded[:, i + 1 :]
+        shifted.append(torch.cat([part, part.new_zeros(part.shape[0], t - part.shape[1], part.shape[2])], 1))
+    return torch.stack(shifted)
 
 
 def target_pass(target: Any, batch: torch.Tensor, autocast: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -48,8 +66,9 @@ def heads_loss(
     total = torch.zeros((), device=batch.device)
     parts: dict[str, Any] = {}
     agree: list[float] = []
+    tokens = teacher_tokens(heads, target, batch)  # [K, B, T, H] or None
     with mixed_precision(batch.device.type):
-        states = heads.states(hidden)  # [K, B, T, H]
+        states = heads.states(hidden, tokens)  # [K, B, T, H]
     for i, state in enumerate(states, start=1):
         valid = t - i  # slots 0..t-1-i have the target's distribution at t + i
         if valid <= 0:
@@ -77,7 +96,7 @@ def evaluate(
     for row in windows:
         tokens = row[None, :-1].to(heads.device)
         hidden, logp = target_pass(target, tokens, autocast)
-        states = heads.states(hidden)  # [K, 1, T, H]
+        states = heads.states(hidden, teacher_tokens(heads, target, tokens))  # [K, 1, T, H]
         t = tokens.shape[1]
         for i in range(1, min(k, t - 1) + 1):
             valid = t - i

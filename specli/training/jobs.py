@@ -194,7 +194,9 @@ def _heads(inputs: Inputs) -> Job:
     from."""
     r, target, device = inputs.recipe, inputs.target, inputs.device
     model = (
-        inputs.init if inputs.init is not None else heads.new_heads(target, r.parallel, inputs.target_name)
+        inputs.init
+        if inputs.init is not None
+        else heads.new_heads(target, r.parallel, inputs.target_name, r.sequential)
     )
     model = model.to(device=device, dtype=torch.float32)
     gens = generators("heads", r.seed)

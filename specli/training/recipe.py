@@ -46,6 +46,7 @@ class TrainRecipe:
     aux_layers: list[int] | None = None  # eagle3, peagle: target hidden states read (None: EAGLE-3's)
     parallel: int = 8  # peagle, pard: drafts per forward it learns (K); heads: the number of heads
     retain: float = 0.7  # peagle, pard: P(keep depth j | kept depth j-1) in the packed layout
+    sequential: bool = False  # heads: each head also reads the token before its own (Hydra's form)
     step_decay: float = 0.8  # eagle kinds: weight of unroll step j is step_decay**j (heads: head j+1)
     regression_weight: float = 1.0  # eagle1: smooth-L1 on the next feature
     token_weight: float = 0.1  # eagle1: distillation through the target's LM head
@@ -138,6 +139,8 @@ def check_recipe(recipe: TrainRecipe) -> None:
         raise UsageError(f"--lr must be above 0, not {recipe.lr}.")
     if recipe.kind == "heads" and recipe.parallel < 1:
         raise UsageError(f"--parallel must be at least 1 (the number of heads), not {recipe.parallel}.")
+    if recipe.sequential and recipe.kind != "heads":
+        raise UsageError(f"--sequential is for heads; {recipe.kind} drafters read their tokens already.")
     if recipe.kind != "heads" and recipe.parallel < 2:
         raise UsageError(f"--parallel must be at least 2 (drafts per forward), not {recipe.parallel}.")
     if recipe.context < 8:

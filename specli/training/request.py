@@ -38,6 +38,7 @@ class TrainRequest:
     aux_layers: str | None = None
     intermediate: int | None = None
     parallel: int | None = None
+    sequential: bool = False
     seed: int | None = None
     time_limit: str | None = None
     checkpoint_every: int | None = None
@@ -67,7 +68,7 @@ class TrainRequest:
             "steps": self.steps, "batch_size": self.batch_size, "context": self.context, "lr": self.lr,
             "draft_vocab": self.draft_vocab,
             "ttt_steps": self.ttt_steps, "layers": self.layers, "intermediate": self.intermediate,
-            "parallel": self.parallel, "seed": self.seed,
+            "parallel": self.parallel, "sequential": self.sequential or None, "seed": self.seed,
             "aux_layers": parse_aux_layers(self.aux_layers) if self.aux_layers is not None else None,
             "dtype": self.dtype, "quant": self.quant,
         }  # fmt: skip

@@ -230,25 +230,36 @@ def test_training_json_has_the_recipe_and_the_engine_measurement(tiny_pair, file
     assert stats.mean_acceptance_length == pytest.approx(trained["mean_acceptance_length"])
 
 
-def test_heads_report_each_heads_top1_agreement_on_held_out_windows(tiny_pair, tmp_path):
+@pytest.mark.parametrize("sequential", [False, True])
+def test_heads_report_each_heads_top1_agreement_on_held_out_windows(tiny_pair, tmp_path, sequential):
     """`specli train heads`: training.json's validation holds one top-1 agreement per head (head i
     against the target's argmax i places after the next token), measured on the validation split; the
     written folder holds --parallel heads and drafts that many a round (catches a report by draft depth
-    of another kind, or a head count lost between recipe, folder and pair)."""
+    of another kind, or a head count lost between recipe, folder and pair); --sequential reaches the
+    folder and the pair drafts through the sequential chain."""
     text = tmp_path / "text.jsonl"
     text.write_text("".join(json.dumps({"text": t}) + "\n" for t in CORPUS * 6))  # a validation split
     out = tmp_path / "heads"
     args = ["heads", "--target", str(tiny_pair[0]), "--data", str(text), "--out", str(out), "--quick"]
-    train(*args, "--parallel", "3", "--context", "16", "--steps", "8", "--eval-count", "0")
+    train(*args, "--parallel", "3", "--context", "16", "--steps", "8", "--eval-count", "0",
+          *(["--sequential"] if sequential else []))  # fmt: skip
     report = json.loads((out / "training.json").read_text())
     agreement = report["validation"]["agreement_by_depth"]
     assert report["validation"]["windows"] > 0 and len(agreement) == 3
     assert all(0.0 <= a <= 1.0 for a in agreement) and len(report["history"][0]["agree"]) == 3
     assert report["config"] == {
-        "specli_heads": {"num_heads": 3, "hidden_size": 64, "target": str(tiny_pair[0])}
+        "specli_heads": {
+            "num_heads": 3,
+            "hidden_size": 64,
+            "target": str(tiny_pair[0]),
+            "sequential": sequential,
+        }
     }
     pair = specli.load(target=str(tiny_pair[0]), draft=str(out), strategy="heads", device="cpu", threads=None)
     assert pair.settings().num_draft_tokens == 3
+    rounds = pair.generate(prompt_ids=[5, 9, 12, 7], max_new_tokens=8).rounds
+    assert any(r.drafted for r in rounds)
+    assert all(r.info.get("sequential", False) == sequential for r in rounds if r.drafted)
 
 
 # --------------------------------------------------------------------------- resume, time limit
