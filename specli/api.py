@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -160,15 +160,18 @@ def load(
     probe = BusyProbe()  # what other processes use while we load decides threads="auto"
     fetcher = _Fetcher(allow_pickle, trust_remote_code, download_bars)
     with _progress_bars(progress, hub=download_bars is None):
-        models, tokenizer, head = _fetch_and_check(wanted, fetcher)
-        need = plan.head_need(head, models[0], dev, trust_remote_code) if head is not None else None
-        placement = plan.plan_pair(models, dev, device, trust_remote_code, head=need)
+        models, tokenizer, heads = _fetch_and_check(wanted, fetcher)
+        needs = [plan.head_need(head, models[0], dev, trust_remote_code) for head in heads.values()]
+        placement = plan.plan_pair(models, dev, device, trust_remote_code, heads=needs)
         target_model, draft_model = _load_weights(models, placement, dev, fetcher)
-        head_model = _load_head(head, target_model, fetcher) if head is not None else None
+        loaded = {slot: _load_head(head, target_model, fetcher) for slot, head in heads.items()}
     apply_threads(threads, probe)
+    head, blockwise = heads.get(Model.HEAD), heads.get(Model.HEADS)
     pair = _pair(
         spec, wanted, models, tokenizer, (target_model, draft_model), placement=placement,
-        head=head_model, head_name=head.name if head is not None else None, compile=compile, lean=lean,
+        head=loaded.get(Model.HEAD), head_name=head.name if head is not None else None,
+        heads=loaded.get(Model.HEADS), heads_name=blockwise.name if blockwise is not None else None,
+        compile=compile, lean=lean,
     )  # fmt: skip
     pair.later = _Later(spec, models[0], fetcher, dtype, progress) if spec is not None else None
     k = pair.parallel_draft_tokens()
@@ -257,7 +260,7 @@ def _load_on(
     load_model = engines.model_loader(engine)
     probe = BusyProbe()
     with _progress_bars(progress, hub=fetcher.download_bars is None):
-        models, tokenizer, _ = _fetch_and_check(replace(wanted, head=None), fetcher)
+        models, tokenizer, _ = _fetch_and_check(replace(wanted, heads={}), fetcher)
     apply_threads(threads, probe)
     target_model = load_model(models[0].name, models[0].folder)
     draft_model = load_model(models[1].name, models[1].folder) if len(models) > 1 else None
@@ -290,11 +293,12 @@ def _progress_bars(on: bool, hub: bool) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class _Wanted:
-    """What `load` fetches: the strategies, the target and drafter (models) and an EAGLE head."""
+    """What `load` fetches: the strategies, the target and drafter (models), and by slot an EAGLE head
+    (Model.HEAD) and blockwise heads (Model.HEADS)."""
 
     strategies: tuple[str, ...]
     models: list[ModelToLoad]
-    head: ModelToLoad | None = None
+    heads: dict[Model, ModelToLoad] = field(default_factory=dict)
 
 
 def _sources(
@@ -321,22 +325,10 @@ def _sources(
         ]
     strategies = tuple(dict.fromkeys(check_strategy(s) for s in strategy))
     needs = {entry(s).model: s for s in reversed(strategies)}  # the weights each first strategy drafts with
-    head = None
-    if Model.HEAD in needs:
-        preset_head = spec.eagle_head if spec and not draft else None
-        head_source = draft or (preset_head.model if preset_head else None)
-        if head_source is None:
-            heads = needs[Model.HEAD] == Strategy.HEADS
-            raise UsageError(
-                f"strategy '{needs[Model.HEAD]}' needs {'blockwise heads' if heads else 'an EAGLE head'}.",
-                "Pass --draft FOLDER (heads from `specli train heads`)."
-                if heads
-                else "Pass --draft HEAD (a folder, hub id or embedded:NAME, e.g. embedded:tiny-eagle3).",
-            )
-        head = ModelToLoad(head_source, dtype=dtype or (preset_head.dtype if preset_head else "auto"))
-        if draft:  # --draft named the head, so the preset's drafter model (not a head) is the drafter's
-            drafter = spec.draft if spec and entry(spec.strategy).model != Model.HEAD else None
-            draft_source = drafter.model if drafter else None
+    heads = _head_sources(spec, strategies, needs, draft, dtype)
+    if draft and heads:  # --draft named a head, so the preset's drafter model (not a head) is the drafter's
+        drafter = spec.draft if spec and not spec.drafts_with_head else None
+        draft_source = drafter.model if drafter else None
     if Model.DRAFT not in needs:
         draft_source = None
     elif draft_source is None:
@@ -361,7 +353,37 @@ def _sources(
                 quant=preset_draft.quantization if preset_draft else "none",
             )
         )
-    return _Wanted(strategies, models, head)
+    return _Wanted(strategies, models, heads)
+
+
+def _head_sources(
+    spec: Preset | None,
+    strategies: Sequence[str],
+    needs: dict[Model | None, str],
+    draft: str | None,
+    dtype: str | None,
+) -> dict[Model, ModelToLoad]:
+    """The heads to load, by slot: `draft` names the head of the first of `strategies` that drafts with
+    one, and the preset names the others (`head:` / `heads:`, or its `draft:` when its own
+    strategy drafts with that kind); UsageError for a slot nothing names."""
+    heads: dict[Model, ModelToLoad] = {}
+    slots = [m for m in needs if m is not None and m.is_head]
+    for slot in sorted(slots, key=lambda m: strategies.index(needs[m])):
+        named = draft if not heads else None
+        preset_head = None
+        if spec is not None and named is None:
+            preset_head = spec.eagle_head if slot == Model.HEAD else spec.blockwise_heads
+        source = named or (preset_head.model if preset_head else None)
+        if source is None:
+            blockwise = slot == Model.HEADS
+            raise UsageError(
+                f"strategy '{needs[slot]}' needs {'blockwise heads' if blockwise else 'an EAGLE head'}.",
+                "Pass --draft FOLDER (heads from `specli train heads`)."
+                if blockwise
+                else "Pass --draft HEAD (a folder, hub id or embedded:NAME, e.g. embedded:tiny-eagle3).",
+            )
+        heads[slot] = ModelToLoad(source, dtype=dtype or (preset_head.dtype if preset_head else "auto"))
+    return heads
 
 
 @dataclass(frozen=True)
@@ -386,11 +408,13 @@ class _Fetcher:
         return loading.load_tokenizer(model.folder, trust_remote_code=self.trust_remote_code, name=model.name)
 
 
-def _fetch_and_check(wanted: _Wanted, fetcher: _Fetcher) -> tuple[list[ModelToLoad], Any, ModelToLoad | None]:
+def _fetch_and_check(
+    wanted: _Wanted, fetcher: _Fetcher
+) -> tuple[list[ModelToLoad], Any, dict[Model, ModelToLoad]]:
     """Configs and tokenizers only, so every check runs before any weights are downloaded: the target's
     architecture for a strategy drafting with its own layers ('self'), one tokenizer shared by target and
-    drafter, an EAGLE head's shapes against the target's. Returns the models with their folders, the
-    tokenizer and the head with its folder."""
+    drafter, each head's kind and shapes against the target's. Returns the models with their folders, the
+    tokenizer and the heads by slot with their folders and configs."""
     target = replace(wanted.models[0], folder=fetcher.folder(wanted.models[0]))
     head_formats.refuse_head_as_model(target.folder, target.name, "target")  # it has no tokenizer
     tokenizer = fetcher.tokenizer(target)
@@ -404,30 +428,27 @@ def _fetch_and_check(wanted: _Wanted, fetcher: _Fetcher) -> tuple[list[ModelToLo
         head_formats.refuse_head_as_model(draft.folder, draft.name)
         loading.check_tokenizers(tokenizer, fetcher.tokenizer(draft), target.name, draft.name)
         models.append(draft)
-    head = wanted.head
-    if head is not None:
+    heads = {}
+    for slot, head in wanted.heads.items():
         head = replace(head, folder=fetcher.folder(head))
         config = head_formats.read_head_config(head.folder, target_config, name=head.name)
         head_formats.check_head(config, target_config, head.name, target.name)
-        _check_head_kind(config, wanted.strategies, head.name)
-        head = replace(head, config=config)
-    return models, tokenizer, head
+        _check_head_kind(config, slot, head.name)
+        heads[slot] = replace(head, config=config)
+    return models, tokenizer, heads
 
 
-def _check_head_kind(config: Any, strategies: Sequence[str], name: str) -> None:
-    """UsageError, one line, when a strategy drafting with a head is given the other kind: blockwise
-    heads (a HeadsConfig) are strategy heads' only, EAGLE heads strategy eagle's."""
+def _check_head_kind(config: Any, slot: Model, name: str) -> None:
+    """UsageError, one line, when a slot is given the other kind: blockwise heads (a HeadsConfig) are
+    strategy heads' only, EAGLE heads strategy eagle's."""
     blockwise = isinstance(config, HeadsConfig)
-    for strategy in strategies:
-        if entry(strategy).model == Model.HEAD and blockwise != (strategy == Strategy.HEADS):
-            if blockwise:
-                raise UsageError(
-                    f"'{name}' holds blockwise heads: use --strategy heads with it, not '{strategy}'."
-                )
-            raise UsageError(
-                f"'{name}' holds an EAGLE head: use --strategy eagle with it; strategy '{strategy}' needs "
-                "blockwise heads (--draft FOLDER, written by `specli train heads`)."
-            )
+    if blockwise and slot == Model.HEAD:
+        raise UsageError(f"'{name}' holds blockwise heads: use --strategy heads with it, not 'eagle'.")
+    if not blockwise and slot == Model.HEADS:
+        raise UsageError(
+            f"'{name}' holds an EAGLE head: use --strategy eagle with it; strategy 'heads' needs "
+            "blockwise heads (--draft FOLDER, written by `specli train heads`)."
+        )
 
 
 def _load_weights(
@@ -491,11 +512,12 @@ class _Later:
     progress: bool
 
     def load(self, pair: Pair, model: Model) -> bool:
-        """Load the preset's drafter model or EAGLE head into `pair`; False when the preset names none."""
-        return self._load_drafter(pair) if model == Model.DRAFT else self._load_head(pair)
+        """Load the preset's drafter model, EAGLE head or blockwise heads into `pair`; False when the
+        preset names none."""
+        return self._load_drafter(pair) if model == Model.DRAFT else self._load_head(pair, model)
 
     def _load_drafter(self, pair: Pair) -> bool:
-        named = self.spec.draft if entry(self.spec.strategy).model != Model.HEAD else None  # else a head
+        named = self.spec.draft if not self.spec.drafts_with_head else None  # else a head
         if named is None:
             return False
         model = ModelToLoad(named.model, dtype=self.dtype or named.dtype, quant=named.quantization)
@@ -514,8 +536,8 @@ class _Later:
             pair.attach(model.name, draft_model=_model_weights(model, device, self.fetcher, device=device))
         return True
 
-    def _load_head(self, pair: Pair) -> bool:
-        named = self.spec.eagle_head
+    def _load_head(self, pair: Pair, slot: Model) -> bool:
+        named = self.spec.eagle_head if slot == Model.HEAD else self.spec.blockwise_heads
         if named is None:
             return False
         head = ModelToLoad(named.model, dtype=self.dtype or named.dtype)
@@ -526,8 +548,10 @@ class _Later:
             target_config = loading.read_config(self.target.folder) or {}
             config = head_formats.read_head_config(head.folder, target_config, name=head.name)
             head_formats.check_head(config, target_config, head.name, pair.target_name)
+            _check_head_kind(config, slot, head.name)
             head = replace(head, config=config)
             need = plan.head_need(head, self.target, device, trust)
-            plan.check_addition([need], device, "specli.load(..., strategy='eagle')")
+            strategy = "eagle" if slot == Model.HEAD else "heads"
+            plan.check_addition([need], device, f"specli.load(..., strategy='{strategy}')")
             pair.attach(head.name, head=_load_head(head, pair.target_model, self.fetcher))
         return True

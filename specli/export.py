@@ -110,7 +110,7 @@ class ExportPair:
     drafter: Model | None = None
     kind: DrafterKind | None = None
     layout: str | None = None  # an EAGLE head's config layout: speculators | specli | safeailab
-    # (blockwise heads: specli, or sequential for heads that read the token before their own)
+    # (blockwise heads: specli, or sequential for heads vLLM's Medusa cannot read: sequential or MLPs)
     notes: tuple[str, ...] = ()
 
     @property
@@ -236,7 +236,9 @@ def drafter_kind(config: Mapping[str, Any]) -> tuple[DrafterKind, str | None]:
     SafeAILab head (a Llama config plus draft_vocab_size; P-EAGLE when it names a mask token), a PARD
     drafter (a model naming a mask token), else a plain autoregressive draft model."""
     if isinstance(config.get(HEADS_KEY), Mapping):  # blockwise heads (`specli train heads`)
-        return "heads", "sequential" if config[HEADS_KEY].get("sequential") is True else "specli"
+        body = config[HEADS_KEY]
+        plain = body.get("sequential") is not True and not body.get("intermediate")
+        return "heads", "specli" if plain else "sequential"
     masked = any(type(config.get(key)) is int for key in MASK_TOKEN_KEYS)  # an id, not a bool
     speculators = config.get("speculators_model_type")
     if speculators is not None:
@@ -364,19 +366,20 @@ def resolve_pair(
 
 
 def _drafter_spec(spec: Preset | None, strategy: str, draft: str | None) -> ModelSpec | None:
-    """The drafter model (strategy draft) or EAGLE head (strategy eagle) to export, as api._sources picks
-    it; UsageError when the strategy needs one and none is named."""
+    """The drafter model (strategy draft), EAGLE head (strategy eagle) or blockwise heads (heads) to
+    export, as api._sources picks it; UsageError when the strategy needs one and none is named."""
     if strategy == Strategy.EAGLE:
         head = ModelSpec(model=draft) if draft else (spec.eagle_head if spec else None)
         if head is None:
             raise UsageError("strategy 'eagle' needs an EAGLE head: pass --draft HEAD (a folder or hub id).")
         return head
     if strategy == Strategy.HEADS:
-        if not draft:
+        heads = ModelSpec(model=draft) if draft else (spec.blockwise_heads if spec else None)
+        if heads is None:
             raise UsageError(
                 "strategy 'heads' needs blockwise heads: pass --draft FOLDER (`specli train heads`)."
             )
-        return ModelSpec(model=draft)
+        return heads
     if strategy == Strategy.DRAFT:
         model = ModelSpec(model=draft) if draft else (spec.draft if spec else None)
         if model is None:
@@ -411,8 +414,8 @@ def _check_runs(engine: str, pair: ExportPair) -> None:
     if pair.kind == "heads" and pair.layout == "sequential":
         raise _refuse(
             engine,
-            f"sequential heads ({_drafter(pair).name}: each reads the token before its own, and vLLM's "
-            "Medusa heads read the hidden state alone; train them without --sequential to serve them)",
+            f"sequential or MLP heads ({_drafter(pair).name}: vLLM's Medusa heads are one residual Linear "
+            "each on the hidden state; train them without --sequential and --intermediate to serve them)",
         )
     if engine != "vllm" and pair.kind == "heads":
         raise _refuse(

@@ -61,6 +61,11 @@ _MISSING = MappingProxyType(
             "Load the pair with specli.load(..., strategy='{strategy}', draft=HEAD) (a folder, hub id or "
             "embedded:NAME).",
         ),
+        Model.HEADS: (
+            "blockwise heads",
+            "Load the pair with specli.load(..., strategy='{strategy}', draft=FOLDER) (heads from `specli "
+            "train heads`).",
+        ),
     }
 )
 
@@ -166,8 +171,10 @@ class Pair:
         generation: GenerationSpec | None = None,
         speculation: SpeculationSpec | None = None,
         placement: Placement | None = None,
-        head: EagleHead | BlockwiseHeads | None = None,
+        head: EagleHead | None = None,
         head_name: str | None = None,
+        heads: BlockwiseHeads | None = None,
+        heads_name: str | None = None,
         compile: bool = False,
         lean: bool = True,
     ) -> None:
@@ -186,8 +193,10 @@ class Pair:
         self.generation = generation or GenerationSpec()
         self.speculation = speculation or SpeculationSpec()
         self.placement = placement  # set when the target is split over several GPUs
-        self.head = head  # an EAGLE head (strategy eagle) or blockwise heads (heads), beside the LM head
+        self.head = head  # an EAGLE head (strategy eagle), beside the target's LM head
         self.head_name = head_name
+        self.heads = heads  # blockwise heads (strategy heads), beside it too
+        self.heads_name = heads_name
         self.compile = compile  # static caches + torch.compile (docs/design.md §12)
         self.later: LoadsLater | None = None  # set by `load`: the preset's drafter or head, on first use
         self.lean = lean  # drafters step through specli's own forwards where they can (docs/design.md §13)
@@ -219,6 +228,8 @@ class Pair:
             parts.append(f"draft={self.draft_name!r}")
         if self.head_name is not None:
             parts.append(f"head={self.head_name!r}")
+        if self.heads_name is not None:
+            parts.append(f"heads={self.heads_name!r}")
         parts.append(f"strategy={self.strategy!r}")
         if self.engine != engines.TORCH:
             parts.append(f"engine={self.engine!r}")
@@ -299,25 +310,32 @@ class Pair:
         )
 
     def _weights(self, model: Model | None) -> Any | None:
-        """The pair's drafter model or EAGLE head (None when it has none, or for model None)."""
+        """The pair's drafter model, EAGLE head or blockwise heads (None when it has none, or for model
+        None)."""
         if model == Model.DRAFT:
             return self.draft_model
         if model == Model.HEAD:
             return self.head
+        if model == Model.HEADS:
+            return self.heads
         return None
 
     def attach(
         self, name: str, *, draft_model: Any = None, head: EagleHead | BlockwiseHeads | None = None
     ) -> None:
-        """Add a drafter model or an EAGLE head (exactly one; it replaces the pair's own) to the loaded
-        pair: strategy 'draft' or 'eagle' then runs with it. The caller loaded and checked it as `load`
-        does (its tokenizer, the head's shapes, the memory); `attach` only wires it in."""
+        """Add a drafter model, an EAGLE head or blockwise heads (exactly one; it replaces the pair's own of
+        that kind) to the loaded pair: strategy 'draft', 'eagle' or 'heads' then runs with it. The caller
+        loaded and checked it as `load` does (its tokenizer, the head's shapes, the memory); `attach` only
+        wires it in."""
         if (draft_model is None) == (head is None):
             raise TypeError("attach takes exactly one of draft_model and head")
         strategy = Strategy.EAGLE if head is not None else Strategy.DRAFT
         if isinstance(head, BlockwiseHeads):
             strategy = Strategy.HEADS
         self._draft_lengths = {key: n for key, n in self._draft_lengths.items() if key[0] != strategy}
+        if isinstance(head, BlockwiseHeads):
+            self.heads, self.heads_name = head, name
+            return
         if head is not None:  # what was learned of the replaced drafter's acceptance goes with it
             self._lean_steps.pop(id(self.head), None)  # a step built for the head it replaces
             self.head, self.head_name = head, name
@@ -350,6 +368,8 @@ class Pair:
             draft_max_positions=self.draft_max_positions,
             head=self.head,
             head_name=self.head_name,
+            heads=self.heads,
+            heads_name=self.heads_name,
             lean_step=self.lean_step,
         )
         drafter = build_drafter(entry(settings.strategy), context, length)
@@ -426,8 +446,9 @@ class Pair:
         (PARD: its recorded K or 8; P-EAGLE: its speculators speculative_tokens or 8); None for an
         autoregressive one and for strategies without a drafter model or head."""
         kind = entry(strategy or self.strategy).model
-        if kind == Model.HEAD and self.head is not None and self.head.config.parallel:
-            return trained_parallel_k(self.head.config.extra.get("speculative_tokens"))
+        head = self._weights(kind) if kind is not None and kind.is_head else None
+        if head is not None and head.config.parallel:
+            return trained_parallel_k(head.config.extra.get("speculative_tokens"))
         if kind == Model.DRAFT and self.draft_model is not None:
             return parallel_draft_tokens(self.draft_model.config)
         return None

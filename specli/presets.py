@@ -141,6 +141,7 @@ class Preset(_Spec):
     target: ModelSpec
     draft: ModelSpec | None = None
     head: ModelSpec | None = None  # an EAGLE head for `--strategy eagle` when the preset drafts otherwise
+    heads: ModelSpec | None = None  # blockwise heads for `--strategy heads` when the preset drafts otherwise
     speculation: SpeculationSpec = Field(default_factory=SpeculationSpec)
     generation: GenerationSpec = Field(default_factory=GenerationSpec)
     # which engine evaluates the models (specli.models.engines): auto picks llama.cpp for a
@@ -181,6 +182,12 @@ class Preset(_Spec):
                 "strategy '{strategy}' needs an EAGLE head as `draft:` (or `head:`)",
                 {"field": "strategy", "strategy": self.strategy},
             )
+        if needs == Model.HEADS and self.draft is None and self.heads is None:
+            raise PydanticCustomError(
+                "heads_required",
+                "strategy '{strategy}' needs blockwise heads as `draft:` (or `heads:`)",
+                {"field": "strategy", "strategy": self.strategy},
+            )
         return self
 
     @model_validator(mode="after")
@@ -206,6 +213,19 @@ class Preset(_Spec):
         """The EAGLE head `--strategy eagle` uses: `head:`, else the drafter of a preset whose strategy
         drafts with a head (eagle)."""
         return self.head or (self.draft if entry(self.strategy).model == Model.HEAD else None)
+
+    @property
+    def blockwise_heads(self) -> ModelSpec | None:
+        """The blockwise heads `--strategy heads` uses: `heads:`, else the drafter of a preset whose
+        strategy is heads."""
+        return self.heads or (self.draft if entry(self.strategy).model == Model.HEADS else None)
+
+    @property
+    def drafts_with_head(self) -> bool:
+        """Whether the preset's own strategy drafts with a head (EAGLE or blockwise), so that its
+        `draft:` names that head, not a drafter model."""
+        model = entry(self.strategy).model
+        return model is not None and model.is_head
 
 
 # --------------------------------------------------------------------------- loading

@@ -20,7 +20,7 @@ from typing import Any
 
 from specli.errors import SpecliError
 from specli.models import memory, packaged, sources
-from specli.strategies import Model, Strategy, entry
+from specli.strategies import Strategy
 
 NVIDIA_SMI_TIMEOUT = 5.0
 
@@ -129,9 +129,10 @@ def _hub_cached(repo: str) -> bool:
 
 
 def preset_models(preset: Any) -> list[str]:
-    """The models a preset loads for its own strategy: the target, a drafter, an EAGLE head."""
+    """The models a preset loads for its own strategy: the target, a drafter, an EAGLE head or blockwise
+    heads."""
     names = [preset.target.model]
-    head = preset.eagle_head if preset.strategy == "eagle" else None
+    head = {"eagle": preset.eagle_head, "heads": preset.blockwise_heads}.get(preset.strategy)
     if head is not None:
         names.append(head.model)
     elif preset.draft is not None and preset.strategy == "draft":
@@ -143,9 +144,10 @@ def absent_drafters(preset: Any) -> list[tuple[str, Need]]:
     """The preset's draft model and EAGLE head that are not on this machine, whatever its own strategy,
     each with the strategy that drafts with it: `presets show` says what --strategy draft or eagle
     would stop at (a `trained:NAME` not trained yet names its `specli train` command)."""
-    draft = preset.draft if entry(preset.strategy).model != Model.HEAD else None  # else it is the head
+    draft = preset.draft if not preset.drafts_with_head else None  # else it is the head
     found = []
-    for strategy, spec in ((Strategy.DRAFT, draft), (Strategy.EAGLE, preset.eagle_head)):
+    heads = (Strategy.EAGLE, preset.eagle_head), (Strategy.HEADS, preset.blockwise_heads)
+    for strategy, spec in ((Strategy.DRAFT, draft), *heads):
         need = model_need(spec.model) if spec is not None else None
         if need is not None:
             found.append((strategy.value, need))

@@ -40,9 +40,16 @@ class Model(str, Enum):
     """The weights a strategy drafts with, beside the target's."""
 
     DRAFT = "drafter model"  # a small model sharing the target's tokenizer (load's `draft=`)
-    # an EAGLE head (or blockwise heads) reading the target's hidden states (load's `draft=` with eagle or
-    # heads; one folder, told apart by its config.json: specli/models/head_formats.py)
+    # an EAGLE head reading the target's hidden states (load's `draft=` with eagle; told apart from
+    # blockwise heads by its config.json: specli/models/head_formats.py)
     HEAD = "EAGLE head"
+    HEADS = "blockwise heads"  # K blocks into the target's LM head (load's `draft=` with heads)
+
+    @property
+    def is_head(self) -> bool:
+        """Weights that read the target's hidden states and sit beside its LM head (no model of their
+        own): an EAGLE head or blockwise heads."""
+        return self in (Model.HEAD, Model.HEADS)
 
     def __str__(self) -> str:
         return self.value
@@ -110,7 +117,7 @@ STRATEGY_TABLE: Mapping[str, Entry] = MappingProxyType(
         Strategy.HEADS: Entry(
             "specli.drafters.heads",
             "blockwise heads on the target's last hidden state",
-            model=Model.HEAD,
+            model=Model.HEADS,
             aliases=("blockwise",),
         ),
     }

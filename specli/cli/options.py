@@ -309,7 +309,7 @@ def check_before_loading(models: ModelOptions, options: GenerationOptions | None
     target = models.target or (preset.target.model if preset else None)
     preset_draft = preset.draft.model if preset and preset.draft else None
     needs = {entry(strategy).model for strategy in strategies}
-    head = models.draft if Model.HEAD in needs else None  # with eagle, --draft names the head
+    head = models.draft if any(m is not None and m.is_head for m in needs) else None  # --draft names a head
     drafter = preset_draft if head else models.draft or preset_draft
     for name, used in ((target, True), (head, True), (drafter, Model.DRAFT in needs)):
         if name is not None and used:

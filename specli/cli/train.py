@@ -159,7 +159,11 @@ AuxLayersOpt = Annotated[
     ),
 ]
 IntermediateOpt = Annotated[
-    Int, _opt("eagle3, eagle1, peagle: the head's MLP width (default: the target's).")
+    Int,
+    _opt(
+        "eagle3, eagle1, peagle: the head's MLP width (default: the target's); heads: each block an MLP "
+        "of this width (default: one Linear, Medusa's block)."
+    ),
 ]
 ParallelOpt = Annotated[
     Int, _opt("peagle, pard: drafts per forward it learns (default 8); heads: how many heads (default 4).")

@@ -29,6 +29,7 @@ class DraftContext:
 
     target / draft: the models the loop drives (their caches: vocab_size, sliding_window, rewind);
     target_model / draft_model: the modules under them (layers, configs); head: an EAGLE head or None;
+    heads: blockwise heads or None;
     *_name: how messages name each; draft_max_positions: the drafter model's context length (None: no
     drafter model or no limit); lean_step(module) -> (specli's own forward for it or None, why not),
     built once per module by whoever composes the models."""
@@ -43,6 +44,8 @@ class DraftContext:
     draft_max_positions: int | None = None
     head: Any = None
     head_name: str | None = None
+    heads: Any = None
+    heads_name: str | None = None
     lean_step: Callable[[Any], tuple[Any, str | None]] = _no_lean_step
 
 

@@ -224,13 +224,13 @@ class HeadsDrafter(Drafter):
 
 def build(context: DraftContext, length: int) -> HeadsDrafter:
     """Strategy heads' drafter (the strategy table's factory): the context's blockwise heads beside the
-    target's LM head. UsageError when the pair's head is an EAGLE head. `length` does not matter: the
+    target's LM head. UsageError when its heads are not blockwise heads. `length` does not matter: the
     heads keep no cache."""
-    heads = context.head
+    heads = context.heads
     if not isinstance(heads, BlockwiseHeads):
         raise UsageError(
-            f"strategy 'heads' needs blockwise heads, and '{context.head_name}' is an EAGLE head: use "
-            f"--strategy eagle with it, or train heads with `specli train heads`."
+            f"strategy 'heads' needs blockwise heads, and '{context.heads_name}' holds none: use "
+            f"--strategy eagle with an EAGLE head, or train heads with `specli train heads`."
         )
     settings = context.settings
     return HeadsDrafter(

@@ -14,15 +14,18 @@ s_0 = h_t, y_0 = the pending token, y_i = head i's draft, e the target's input e
 without knowing x_{t+1}; a sequential head knows it, which is most of what EAGLE's first draft knows.
 
 A folder of heads: config.json `{"specli_heads": {"num_heads": K, "hidden_size": H, "target": "...",
-"sequential": false}}` and model.safetensors with `heads.{i}.linear.weight` [H, H] ([H, 2H] sequential)
-and `heads.{i}.linear.bias` [H] (i = 0..K-1). `read_config` / `check_fits` / `load_heads` read and check
-one (the config first, so a folder for another target is refused before its weights are opened);
-`save_heads` writes one.
+"sequential": false, "intermediate": 0}}` and model.safetensors with `heads.{i}.linear.weight` [H, H]
+([H, 2H] sequential) and `heads.{i}.linear.bias` [H] (i = 0..K-1). With an intermediate width I > 0 a
+block is x + down(SiLU(up(inputs))) instead: `heads.{i}.up.*` [I, H or 2H] and `heads.{i}.down.*` [H, I]
+(down starts at zero, so a fresh block is still the identity). `read_config` / `check_fits` /
+`load_heads` read and check one (the config first, so a folder for another target is refused before its
+weights are opened); `save_heads` writes one.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -49,6 +52,7 @@ class HeadsConfig:
     hidden_size: int
     target: str = ""
     sequential: bool = False  # each head also reads the token before its own (Hydra's form)
+    intermediate: int = 0  # > 0: each block is an MLP of this width (0: one Linear, Medusa's block)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     parallel = True
@@ -56,7 +60,7 @@ class HeadsConfig:
     label = "heads"
 
     def __post_init__(self) -> None:
-        if self.num_heads < 1 or self.hidden_size < 1:
+        if self.num_heads < 1 or self.hidden_size < 1 or self.intermediate < 0:
             raise ValueError(f"heads need num_heads >= 1 and hidden_size >= 1, not {self}")
         self.extra.setdefault("speculative_tokens", self.num_heads)
         if self.target:
@@ -65,7 +69,7 @@ class HeadsConfig:
     def to_dict(self) -> dict[str, Any]:
         """The config.json of a heads folder."""
         body = {"num_heads": self.num_heads, "hidden_size": self.hidden_size, "target": self.target}
-        return {KEY: {**body, "sequential": self.sequential}}
+        return {KEY: {**body, "sequential": self.sequential, "intermediate": self.intermediate}}
 
     @property
     def form(self) -> str:
@@ -74,17 +78,27 @@ class HeadsConfig:
 
 
 class ResBlock(nn.Module):
-    """x + SiLU(Linear(x)); the Linear starts at zero, so a fresh block is the identity."""
+    """x + SiLU(Linear(x)) (Medusa's block), or with an intermediate width x + down(SiLU(up(x))); the
+    Linear (down) starts at zero, so a fresh block is the identity."""
 
-    def __init__(self, hidden: int, inputs: int | None = None) -> None:
+    def __init__(self, hidden: int, inputs: int | None = None, intermediate: int = 0) -> None:
         super().__init__()
-        self.linear = nn.Linear(inputs or hidden, hidden)
-        nn.init.zeros_(self.linear.weight)
-        nn.init.zeros_(self.linear.bias)
+        if intermediate:
+            self.up = nn.Linear(inputs or hidden, intermediate)
+            self.down = nn.Linear(intermediate, hidden)
+            last = self.down
+        else:
+            self.linear = nn.Linear(inputs or hidden, hidden)
+            last = self.linear
+        nn.init.zeros_(last.weight)
+        nn.init.zeros_(last.bias)
+        self.intermediate = intermediate
 
     def forward(self, x: torch.Tensor, token: torch.Tensor | None = None) -> torch.Tensor:
         """x [..., H] (token [..., H]: a sequential block's embedding of the token before) -> [..., H]."""
         inputs = x if token is None else torch.cat([x, token], -1)
+        if self.intermediate:
+            return x + self.down(nn.functional.silu(self.up(inputs)))
         return x + nn.functional.silu(self.linear(inputs))
 
 
@@ -96,7 +110,7 @@ class BlockwiseHeads(nn.Module):
         self.config = config
         h = config.hidden_size
         inputs = 2 * h if config.sequential else h
-        self.heads = nn.ModuleList(ResBlock(h, inputs) for _ in range(config.num_heads))
+        self.heads = nn.ModuleList(ResBlock(h, inputs, config.intermediate) for _ in range(config.num_heads))
 
     def states(self, hidden: torch.Tensor, tokens: torch.Tensor | None = None) -> torch.Tensor:
         """hidden [..., H] -> [K, ..., H]: head i's state for each position (i = 0..K-1). Sequential heads
@@ -115,18 +129,23 @@ class BlockwiseHeads(nn.Module):
     def step(self, i: int, state: torch.Tensor, token: torch.Tensor | None = None) -> torch.Tensor:
         """Head i's (0-based) state from the state before it ([..., H]: h for head 0, else head i-1's
         state; for Medusa heads always h) and, sequential, the embedding of the token before its own."""
-        weight = self.heads[i].linear.weight
+        weight = self._weight
         return self.heads[i](state.to(weight.dtype), None if token is None else token.to(weight.dtype))
 
     def logits(self, hidden: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
         """hidden [..., H] -> [K, ..., V]: head i's logits for the token i + 1 places after the next (the
         states cast to the LM head's dtype)."""
-        states = self.states(hidden.to(self.heads[0].linear.weight.dtype))
+        states = self.states(hidden.to(self._weight.dtype))
         return lm_head(states.to(lm_head.weight.dtype))
 
     @property
     def device(self) -> torch.device:
-        return self.heads[0].linear.weight.device
+        return self._weight.device
+
+    @property
+    def _weight(self) -> torch.Tensor:
+        """A weight of the heads (their dtype and device)."""
+        return next(self.parameters())
 
 
 def token_inputs(embeddings: torch.Tensor) -> torch.Tensor:
@@ -148,12 +167,16 @@ def config_from_dict(data: Mapping[str, Any], name: str) -> HeadsConfig:
         if not isinstance(sequential, bool):
             raise TypeError(f"sequential must be true or false, not {sequential!r}")
         return HeadsConfig(
-            int(body["num_heads"]), int(body["hidden_size"]), str(body.get("target") or ""), sequential
+            int(body["num_heads"]),
+            int(body["hidden_size"]),
+            str(body.get("target") or ""),
+            sequential,
+            int(body.get("intermediate") or 0),
         )
     except (KeyError, TypeError, ValueError) as err:
         raise ModelLoadError(
-            f"the heads '{name}': config.json's '{KEY}' needs integer num_heads and hidden_size, and "
-            f"sequential true or false ({err})"
+            f"the heads '{name}': config.json's '{KEY}' needs integer num_heads and hidden_size (and "
+            f"intermediate), and sequential true or false ({err})"
         ) from None
 
 
@@ -183,16 +206,18 @@ def _expected(config: HeadsConfig) -> dict[str, tuple[int, ...]]:
     h = config.hidden_size
     shapes: dict[str, tuple[int, ...]] = {}
     for i in range(config.num_heads):
-        shapes[f"heads.{i}.linear.weight"] = (h, 2 * h if config.sequential else h)
-        shapes[f"heads.{i}.linear.bias"] = (h,)
+        inputs = 2 * h if config.sequential else h
+        layers = [("up", config.intermediate, inputs), ("down", h, config.intermediate)]
+        for name, rows, columns in layers if config.intermediate else [("linear", h, inputs)]:
+            shapes[f"heads.{i}.{name}.weight"] = (rows, columns)
+            shapes[f"heads.{i}.{name}.bias"] = (rows,)
     return shapes
 
 
 def parameter_bytes(config: HeadsConfig, dtype: torch.dtype) -> int:
     """Bytes the heads' weights take in dtype (for the memory planner)."""
     size = torch.tensor([], dtype=dtype).element_size()
-    inputs = 2 * config.hidden_size if config.sequential else config.hidden_size
-    return config.num_heads * (inputs + 1) * config.hidden_size * size
+    return sum(math.prod(shape) for shape in _expected(config).values()) * size
 
 
 def load_heads(

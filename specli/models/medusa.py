@@ -54,10 +54,11 @@ def write_medusa(heads_folder: Path | str, target: str, out: Path | str) -> Path
     """HEADS (a specli heads folder) + the target's LM head -> `out`, vLLM's Medusa folder; returns it.
     UsageError when the heads do not fit the target or the target has no safetensors LM head."""
     config = read_config(heads_folder)
-    if config.sequential:
+    if config.sequential or config.intermediate:
+        why = "are sequential (each reads the token before its own)" if config.sequential else "are MLPs"
         raise UsageError(
-            f"the heads '{heads_folder}' are sequential (each reads the token before its own) and vLLM's "
-            "Medusa heads read the hidden state alone: train heads without --sequential to serve them."
+            f"the heads '{heads_folder}' {why} and vLLM's Medusa heads are one residual Linear each on "
+            "the hidden state: train heads without --sequential and --intermediate to serve them."
         )
     folder, target_config = _target_files(target)
     check_fits(config, target_config.get("hidden_size"), str(heads_folder), target)

@@ -261,7 +261,7 @@ def _preset_shapes(preset: Any) -> list[Shape | None]:
     """The shapes of the models a preset loads: the target and the drafter (an EAGLE head has no shape of
     its own: it is planned from the target's)."""
     specs = [preset.target] + (
-        [preset.draft] if preset.draft is not None and entry(preset.strategy).model != Model.HEAD else []
+        [preset.draft] if preset.draft is not None and not preset.drafts_with_head else []
     )
     return [shape_of(spec.model) for spec in specs]
 
@@ -278,7 +278,7 @@ def preset_estimate(preset: Any, context: int = 4096) -> int | None:
     model's own context when shorter), or None if unknown. A drafter the preset's own strategy does not
     draft with counts when its config is known (it loads on the first generation that asks for it)."""
     total = 0
-    if entry(preset.strategy).model == Model.HEAD:  # the drafter is a head, beside the target's LM head
+    if preset.drafts_with_head:  # the drafter is a head, beside the target's LM head
         target = shape_of(preset.target.model)
         if target is None:
             return None
@@ -287,7 +287,8 @@ def preset_estimate(preset: Any, context: int = 4096) -> int | None:
             4 if spec.model.startswith("embedded:") and spec.dtype == "auto" else DTYPE_BYTES[spec.dtype]
         )
         target_bytes = estimate(target, dtype_bytes, spec.quantization, target.context(context)).total_bytes
-        head_spec = getattr(preset, "eagle_head", None) or preset.draft
+        eagle = entry(preset.strategy).model == Model.HEAD
+        head_spec = preset.eagle_head if eagle else preset.blockwise_heads
         head = KNOWN_HEADS.get(head_spec.model) if head_spec is not None else None
         return target_bytes + head_estimate(target, dtype_bytes, context, head).total_bytes
     for spec in (preset.target, preset.draft):

@@ -9,6 +9,7 @@ is placed. `load` in `api` applies the plan.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,10 +95,11 @@ def plan_pair(
     device: torch.device,
     device_spec: str,
     trust_remote_code: bool,
-    head: memory.Need | None = None,
+    heads: Sequence[memory.Need] = (),
 ) -> Placement | None:
-    """Check the pair (and an EAGLE head) fits (stop with figures and options when not) and, with
-    several GPUs under --device auto, plan where each model goes. None: everything on `device`.
+    """Check the pair (and its EAGLE head or blockwise heads: `heads`) fits (stop with figures and
+    options when not) and, with several GPUs under --device auto, plan where each model goes. None:
+    everything on `device`.
 
     SPECLI_NO_MEMORY_CHECK=1 skips the check (a plan is still made where one fits)."""
     checked = os.environ.get("SPECLI_NO_MEMORY_CHECK") != "1"
@@ -105,18 +107,18 @@ def plan_pair(
     if gpus < 2:
         needs = estimate_needs(models, device, trust_remote_code) if checked else None
         if needs is not None:
-            needs += [head] if head else []
+            needs += list(heads)
             available = memory.free_bytes(device)
             if available is not None and memory.total_bytes(needs) > available:
                 also = _elsewhere(models, needs, device, device_spec, trust_remote_code)
                 memory.check_fits(needs, device, available, also)
         return None
-    beside = len(models) > 1 or head is not None  # something sits beside the target's LM head
+    beside = len(models) > 1 or bool(heads)  # something sits beside the target's LM head
     everywhere = Placement(tuple(range(gpus)), {}, gpus - 1 if beside else None)
     needs = estimate_needs(models, device, trust_remote_code)
     if needs is None:  # no estimate: accelerate spreads the target, the drafter goes beside its LM head
         return everywhere
-    needs += [head] if head else []
+    needs += list(heads)
     free = [memory.free_bytes(torch.device("cuda", i)) or 0 for i in range(gpus)]
     plan = _placed(free, needs)
     if plan is None:

@@ -22,10 +22,12 @@ from specli.models.blockwise_heads import BlockwiseHeads, HeadsConfig, token_inp
 from specli.training.common import mixed_precision
 
 
-def new_heads(target: Any, num_heads: int, target_name: str = "", sequential: bool = False) -> BlockwiseHeads:
-    """K fresh heads for the target: zero blocks, so each starts as the target's LM head."""
+def new_heads(
+    target: Any, num_heads: int, target_name: str = "", sequential: bool = False, intermediate: int = 0
+) -> BlockwiseHeads:
+    """K fresh heads for the target: zero (last) layers, so each starts as the target's LM head."""
     hidden = int(target.config.get_text_config().hidden_size)
-    return BlockwiseHeads(HeadsConfig(num_heads, hidden, target_name, sequential))
+    return BlockwiseHeads(HeadsConfig(num_heads, hidden, target_name, sequential, intermediate))
 
 
 def teacher_tokens(heads: BlockwiseHeads, target: Any, batch: torch.Tensor) -> torch.Tensor | None:

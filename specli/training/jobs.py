@@ -196,7 +196,7 @@ def _heads(inputs: Inputs) -> Job:
     model = (
         inputs.init
         if inputs.init is not None
-        else heads.new_heads(target, r.parallel, inputs.target_name, r.sequential)
+        else heads.new_heads(target, r.parallel, inputs.target_name, r.sequential, r.intermediate or 0)
     )
     model = model.to(device=device, dtype=torch.float32)
     gens = generators("heads", r.seed)

@@ -276,7 +276,7 @@ def test_no_engine_is_handed_sequential_heads(tiny_pair, tmp_path):
     folder = save_heads(sequential_heads(make_model("llama", 384, layers=4, seed=1), k=3), tmp_path / "seq")
     args = ["export", "vllm", "--strategy", "heads", "--draft", str(folder), "--target", str(tiny_pair[0])]
     out = CliRunner().invoke(app, args)
-    assert out.exit_code == 2 and "sequential heads" in out.output and "--sequential" in out.output
+    assert out.exit_code == 2 and "sequential or MLP heads" in out.output and "--sequential" in out.output
     from specli.models.medusa import write_medusa
 
     with pytest.raises(UsageError, match="sequential"):
@@ -290,3 +290,36 @@ def test_sequential_is_for_heads_only(tiny_pair, tmp_path):
          "--sequential", "--quick"],
     )  # fmt: skip
     assert out.exit_code == 2 and "--sequential is for heads" in out.output
+
+
+@pytest.mark.parametrize("sequential", [False, True])
+def test_mlp_heads_round_trip_stay_lossless_and_are_not_exported(target, tiny_pair, tmp_path, sequential):
+    """Heads whose blocks are MLPs (--intermediate): a fresh block is the identity (down starts at zero),
+    greedy output is generate()'s with random weights, the folder keeps up/down and its width, and the
+    Medusa step refuses them (vLLM's block is one Linear)."""
+    fresh = BlockwiseHeads(HeadsConfig(2, target.config.hidden_size, sequential=sequential, intermediate=96))
+    hidden = torch.randn(3, target.config.hidden_size)
+    tokens = torch.randn(2, 3, target.config.hidden_size) if sequential else None
+    with torch.no_grad():
+        assert torch.equal(fresh.states(hidden, tokens)[1], hidden)
+    torch.manual_seed(1)
+    heads = BlockwiseHeads(HeadsConfig(3, target.config.hidden_size, sequential=sequential, intermediate=96))
+    for parameter in heads.parameters():
+        torch.nn.init.normal_(parameter, std=0.2)
+    heads.eval()
+    rounds = run(target, heads, 3, 24)
+    assert committed(rounds) == reference(target, PROMPT, 24)
+    assert max(len(r.drafted) for r in rounds) == 3
+    small = BlockwiseHeads(HeadsConfig(2, 64, sequential=sequential, intermediate=32))
+    folder = save_heads(small, tmp_path / "mlp")
+    loaded = load_heads(folder)
+    assert loaded.config == small.config and loaded.heads[0].up.weight.shape == (
+        32,
+        128 if sequential else 64,
+    )
+    assert set(loaded.state_dict()) == {f"heads.{i}.{n}.{p}" for i in range(2) for n in ("up", "down")
+                                        for p in ("weight", "bias")}  # fmt: skip
+    from specli.models.medusa import write_medusa
+
+    with pytest.raises(UsageError, match="one residual Linear"):
+        write_medusa(folder, str(tiny_pair[0]), tmp_path / "medusa")

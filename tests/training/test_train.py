@@ -253,6 +253,7 @@ def test_heads_report_each_heads_top1_agreement_on_held_out_windows(tiny_pair, t
             "hidden_size": 64,
             "target": str(tiny_pair[0]),
             "sequential": sequential,
+            "intermediate": 0,
         }
     }
     pair = specli.load(target=str(tiny_pair[0]), draft=str(out), strategy="heads", device="cpu", threads=None)
