@@ -68,6 +68,7 @@ class HeadsDrafter(Drafter):
         self._lm_head = target_model.get_output_embeddings()
         self._embed = target_model.get_input_embeddings() if heads.config.sequential else None
         self._pending: int | None = None  # the pending token (what sequential head 1 reads)
+        self._inputs: dict[int, torch.Tensor] = {}  # token id -> token_inputs of it [H] (a cache)
         self._hidden: torch.Tensor | None = None  # [H] the state that produced pending
         self._verified: torch.Tensor | None = None  # [n, H] the last verify forward's states
         self._prefill = False  # a prefill's features are still to come
@@ -119,10 +120,16 @@ class HeadsDrafter(Drafter):
         return drafts.proposal(info)
 
     def _token_inputs(self, ids: list[int] | torch.Tensor) -> torch.Tensor:
-        """Token ids [n] -> what a sequential head reads of them [n, H], on the heads' device."""
+        """Token ids [n] -> what a sequential head reads of them [n, H], on the heads' device (each
+        token's row computed once per drafter)."""
         assert self._embed is not None
-        ids = torch.as_tensor(ids, dtype=torch.long, device=self._embed.weight.device)
-        return token_inputs(self._embed(ids)).to(self.device)
+        wanted = [int(i) for i in torch.as_tensor(ids).reshape(-1).tolist()]
+        missing = [i for i in dict.fromkeys(wanted) if i not in self._inputs]
+        if missing:
+            rows = torch.tensor(missing, dtype=torch.long, device=self._embed.weight.device)
+            computed = token_inputs(self._embed(rows)).to(self.device)  # [m, H]
+            self._inputs.update(zip(missing, computed, strict=True))
+        return torch.stack([self._inputs[i] for i in wanted])
 
     def _head_logits(self, i: int, states: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Head i (0-based) after states [n, H] and the tokens before its drafts [n, H] -> (its states

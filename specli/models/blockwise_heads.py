@@ -144,8 +144,9 @@ class BlockwiseHeads(nn.Module):
 
     @property
     def _weight(self) -> torch.Tensor:
-        """A weight of the heads (their dtype and device)."""
-        return next(self.parameters())
+        """A weight of the heads (their dtype and device), without walking the module tree."""
+        first = self.heads[0]
+        return (first.up if first.intermediate else first.linear).weight
 
 
 def token_inputs(embeddings: torch.Tensor) -> torch.Tensor:
