@@ -139,6 +139,12 @@ class ExplainView:
             f"the pending token; no forward of their own) and each guessed its own position, head i the "
             f"token i places ahead. "
         )
+        if (r.info or {}).get("sequential"):
+            words = (
+                f"heads: {count(n, 'sequential head')} drafted one after another from the target's last "
+                f"hidden state (from the forward that gave the pending token; no forward of their own): "
+                f"head 1 read the pending token, head i the state of head i-1 and its draft. "
+            )
         if r.tree is not None:
             return words + "The tree takes each depth's candidates from that depth's head."
         if kept == n:
@@ -179,7 +185,12 @@ class ExplainView:
             )
             lead: list[Any] = [str(i + 1)]
             if parallel and self.strategy == Strategy.HEADS:
-                lead.append(Text(f"head {i + 1}", "dim"))
+                after = (
+                    f" after {self._label(r.drafted[i - 1])}"
+                    if i and (r.info or {}).get("sequential")
+                    else ""
+                )
+                lead.append(Text(f"head {i + 1}{after}", "dim"))
             elif parallel:
                 lead.append(Text("MASK", "italic") if i else Text("last token", "dim"))
             table.add_row(*lead, label, *self._check_cells(r, i), mark)

@@ -350,3 +350,18 @@ def test_explain_names_each_blockwise_head_and_where_the_block_broke(tokenizer, 
         ExplainView(tokenizer, "heads", 4, greedy=True).panel(heads_round(ids, 0, TokenKind.CORRECTION)), 400
     )
     assert "No head agreed; the block broke at head 1." in none
+
+
+def test_explain_names_what_each_sequential_head_read(tokenizer, ids):
+    """Sequential heads: the round says they drafted one after another (head 1 from the pending token),
+    and each row from head 2 on names the draft its head read (catches them explained as Medusa's heads,
+    all reading one state)."""
+    label = [token_label(tokenizer, t) for t in ids]
+    base = heads_round(ids, 2, TokenKind.CORRECTION)
+    sequential = dataclasses.replace(base, info={**base.info, "sequential": True})
+    text = text_of(ExplainView(tokenizer, "heads", 4, greedy=True).panel(sequential), 400)
+    assert "4 sequential heads drafted one after another" in text and "head 1 read the pending token" in text
+    assert "Heads 1-2 agreed; the block broke at head 3." in text
+    assert f"head 3 after {label[1]}" in line_with(text, "  head 3 ")[1]
+    medusa = text_of(ExplainView(tokenizer, "heads", 4, greedy=True).panel(base), 400)
+    assert "sequential" not in medusa and " after " not in line_with(medusa, "  head 3 ")[1]
