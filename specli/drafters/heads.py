@@ -30,7 +30,7 @@ sequential (true).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -43,6 +43,9 @@ from specli.models.blockwise_heads import BlockwiseHeads, token_inputs
 
 if TYPE_CHECKING:
     from specli.drafters.context import DraftContext
+
+# a tree's expand: frontier nodes and the growth so far -> their children's distributions [w, V]
+Expand = Callable[[list[int], TreeGrowth], torch.Tensor]
 
 
 class HeadsDrafter(Drafter):
@@ -108,11 +111,14 @@ class HeadsDrafter(Drafter):
         if self._embed is not None:
             info["sequential"] = True
             if nodes:
-                return self._propose_sequential_tree(k, sampling, generator, nodes, info, shape)
+                return self._propose_tree(
+                    self._sequential_growth(sampling), k, sampling, generator, nodes, info, shape
+                )
             return self._propose_sequential(k, sampling, generator, info)
         logits = self.heads.logits(self._hidden.to(self.device), self._lm_head)[:k]  # [k, V]
         if nodes:
-            return self._propose_tree(logits, sampling, generator, nodes, info, shape)
+            growth = self._medusa_growth(logits, sampling)
+            return self._propose_tree(growth, logits.shape[0], sampling, generator, nodes, info, shape)
         drafts = Drafts(sampling, generator, self.p_min)
         for row in logits:  # head i's distribution is d_i's q: none depends on the drafts before it
             if drafts.take(row) is None:
@@ -151,17 +157,10 @@ class HeadsDrafter(Drafter):
                 break
         return drafts.proposal(info)
 
-    def _propose_sequential_tree(
-        self,
-        k: int,
-        sampling: SamplingConfig,
-        generator: torch.Generator | None,
-        size: int,
-        info: dict[str, Any],
-        shape: Sequence[int] | None = None,
-    ) -> Proposal:
-        """A tree from sequential heads: a node at depth d (1 for the root's children) gets its children
-        from head d+1 applied to its own state and token, so siblings' subtrees differ."""
+    def _sequential_growth(self, sampling: SamplingConfig) -> tuple[torch.Tensor, Expand]:
+        """(the root's children's distribution [V], expand) for sequential heads: a node at depth d (1 for
+        the root's children) gets its children from head d+1 applied to its own state and token, so
+        siblings' subtrees differ."""
         assert self._hidden is not None and self._pending is not None
         first_state, first = self._head_logits(
             0, self._hidden.to(self.device)[None], self._token_inputs([self._pending])
@@ -170,7 +169,7 @@ class HeadsDrafter(Drafter):
 
         def expand(frontier: list[int], growth: TreeGrowth) -> torch.Tensor:
             at = depths(growth.parents)
-            rows = [None] * len(frontier)
+            rows: list[torch.Tensor] = [first[0]] * len(frontier)
             for d in sorted({at[node] for node in frontier}):  # one depth per call in practice
                 picked = [row for row, node in enumerate(frontier) if at[node] == d]
                 nodes = [frontier[row] for row in picked]
@@ -182,39 +181,35 @@ class HeadsDrafter(Drafter):
                     rows[row] = logits[j]
             return ranking_distribution(torch.stack(rows), sampling)  # [w, V]
 
-        first_dist = ranking_distribution(first, sampling)[0]  # [V]
-        tokens, parents, probs, q = grow(
-            first_dist, expand, k, self.tree_width, size, generator, drawn=not sampling.greedy, shape=shape
-        )
-        ids = torch.tensor(tokens, dtype=torch.long)
-        return Proposal(ids, q, {**info, "tree": len(tokens)}, parents=parents, probs=probs)
+        return ranking_distribution(first, sampling)[0], expand
 
-    def _propose_tree(
-        self,
-        logits: torch.Tensor,
-        sampling: SamplingConfig,
-        generator: torch.Generator | None,
-        size: int,
-        info: dict[str, Any],
-        shape: Sequence[int] | None = None,
-    ) -> Proposal:
-        """Medusa's tree from the heads' logits [k, V]: a node at depth d takes its children from head
-        d+1, whatever its ancestors are (the heads read one state)."""
+    @staticmethod
+    def _medusa_growth(logits: torch.Tensor, sampling: SamplingConfig) -> tuple[torch.Tensor, Expand]:
+        """(the root's children's distribution [V], expand) for Medusa's heads from their logits [k, V]: a
+        node at depth d takes its children from head d+1, whatever its ancestors are (one state)."""
         dists = ranking_distribution(logits, sampling)  # [k, V]
 
         def expand(frontier: list[int], growth: TreeGrowth) -> torch.Tensor:
             at = depths(growth.parents)
             return dists[[at[node] for node in frontier]]  # [w, V]: head d+1 for a node at depth d
 
+        return dists[0], expand
+
+    def _propose_tree(
+        self,
+        growth: tuple[torch.Tensor, Expand],
+        depth: int,
+        sampling: SamplingConfig,
+        generator: torch.Generator | None,
+        size: int,
+        info: dict[str, Any],
+        shape: Sequence[int] | None = None,
+    ) -> Proposal:
+        """A tree of up to `size` nodes and `depth` levels grown from (first, expand) (`engine.tree.grow`:
+        top children greedy, drawn ones under sampling, in `shape` when the cost model chose one)."""
+        first, expand = growth
         tokens, parents, probs, q = grow(
-            dists[0],
-            expand,
-            logits.shape[0],
-            self.tree_width,
-            size,
-            generator,
-            drawn=not sampling.greedy,
-            shape=shape,
+            first, expand, depth, self.tree_width, size, generator, drawn=not sampling.greedy, shape=shape
         )
         ids = torch.tensor(tokens, dtype=torch.long)
         return Proposal(ids, q, {**info, "tree": len(tokens)}, parents=parents, probs=probs)

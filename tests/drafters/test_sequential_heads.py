@@ -12,7 +12,7 @@ import json
 import pytest
 import torch
 from conftest import make_model
-from test_heads import CFG, PROMPT, RUNS, SAMPLED_PROMPT, V, reference
+from test_heads import ARCHS, CFG, PROMPT, RUNS, SAMPLED_PROMPT, V, reference, run, run_tree
 from test_lossless_sampling import exact_joint, g_test_pvalue
 from typer.testing import CliRunner
 
@@ -35,7 +35,6 @@ from specli.models.blockwise_heads import (
 from specli.models.cached_lm import CachedLM
 from specli.training.heads import heads_loss, teacher_tokens
 
-ARCHS = ["llama", "qwen2"]
 K = 4
 
 
@@ -60,13 +59,6 @@ def fitted_sequential(target, prompt: list[int], n: int = 40, steps: int = 80) -
         loss.backward()
         optimizer.step()
     return heads.eval()
-
-
-def run(target, heads, k: int, n: int, prompt: list[int] = PROMPT, size: int = 0, width: int = 2) -> list:
-    """The engine's rounds (every round drafting k, or a tree of `size` nodes, fixed)."""
-    config = EngineConfig(max_new_tokens=n, num_draft_tokens=k, fixed_k=True)
-    drafter = HeadsDrafter(heads, target, tree_size=size, tree_width=width)
-    return list(generate_rounds(CachedLM(target), drafter, prompt, config, StopCriteria(set())))
 
 
 @pytest.fixture(scope="module", params=ARCHS)
@@ -127,10 +119,10 @@ def test_each_chain_reads_the_pending_token_and_the_drafts_before(target, fitted
 @pytest.mark.parametrize("size,width", [(4, 2), (9, 3)])
 def test_greedy_identity_with_sequential_trees(target, fitted, size, width):
     for heads in (sequential_heads(target), fitted):
-        rounds = run(target, heads, 3, 30, size=size, width=width)
+        rounds = run_tree(target, heads, 3, 30, size, width)
         assert committed(rounds) == reference(target, PROMPT, 30)
         assert all(r.tree is not None and r.tree.size > 1 for r in rounds if r.drafted)
-    assert max(r.accepted for r in run(target, fitted, 3, 30, size=size, width=width)) >= 2
+    assert max(r.accepted for r in run_tree(target, fitted, 3, 30, size, width)) >= 2
 
 
 def test_a_tree_nodes_children_come_from_its_own_token_and_state(target):

@@ -4,6 +4,7 @@ the README stays a front door (at most 15,000 bytes). External http(s) links are
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -350,3 +351,24 @@ def test_the_build_table_is_the_committed_reports():
     assert len(reports) == 8
     for report in reports:
         assert json.loads(report.read_text())["errors"] == [], report.name
+
+
+def test_the_heads_tables_are_the_committed_reports():
+    """docs/performance.md's blockwise-heads tables are what scripts/heads_tables.py prints from
+    docs/data/bench-heads/*.json (catches a figure edited by hand or a rerun whose reports were not
+    committed), and every greedy run was error-free."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("heads_tables", ROOT / "scripts" / "heads_tables.py")
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    performance = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+    rows = 0
+    for table in (tables.drafters_table(), tables.trees_table()):
+        assert not table.startswith("(missing"), table
+        for row in table.splitlines():
+            assert row in performance, row
+            rows += 1
+    assert rows > 15
+    for report in sorted((ROOT / "docs" / "data" / "bench-heads").glob("*.json")):
+        assert not json.loads(report.read_text())["errors"], report.name
