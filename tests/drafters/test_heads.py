@@ -363,7 +363,7 @@ def test_export_vllm_names_the_medusa_step_and_method(heads_dir, tiny_pair):
     text = CliRunner().invoke(app, [*args, "--tree", "8"]).output
     step = f"python -m specli.models.medusa {heads_dir} --target {tiny_pair[0].resolve()} --out h-medusa"
     assert step in text and "top-1 token, a chain (not specli's --tree 8)" in text
-    assert "speculative_token_tree" not in text
+    assert "speculative_token_tree" not in text and "EAGLE-1 layout" not in text  # no EAGLE note
 
 
 @pytest.mark.parametrize("engine", ["sglang", "llama.cpp"])

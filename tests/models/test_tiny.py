@@ -132,6 +132,7 @@ SHIPPED_DRAFTERS = {
     "tiny-eagle1": "F16",
     "tiny-pard": "F16",
     "tiny-peagle": "F16",
+    "tiny-heads": "BF16",
 }
 EMBEDDED_BUDGET = 40 * 2**20  # every embedded model together (the SmolLM2 drafters, 44 MB, left it)
 

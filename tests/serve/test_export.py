@@ -605,6 +605,7 @@ def test_kinds_agree_with_the_loaders():
     from transformers import AutoConfig
 
     from specli.drafters.draft_model import MASK_TOKEN_KEYS, parallel_mask_token
+    from specli.models.blockwise_heads import read_config as read_heads_config
     from specli.models.head_formats import config_from_dict, detect_layout
     from specli.models.sources import MASK_TOKEN_KEYS as SOURCE_KEYS
 
@@ -618,10 +619,12 @@ def test_kinds_agree_with_the_loaders():
         if layout is None:
             parallel = parallel_mask_token(AutoConfig.from_pretrained(folder)) is not None
             assert kind == ("pard" if parallel else "model"), folder.name
+        elif layout == "heads":
+            assert kind == "heads" and read_heads_config(folder).num_heads > 0, folder.name
         else:
             head = config_from_dict(data, target_layers=8)
             assert kind == ("peagle" if head.parallel else head.kind), folder.name
-    assert seen == {"model", "pard", "eagle1", "eagle3", "peagle"}  # every kind was checked
+    assert seen == {"model", "pard", "eagle1", "eagle3", "peagle", "heads"}  # every kind was checked
 
 
 SAFEAILAB_HEAD = {  # a SafeAILab-layout EAGLE-3 head (a Llama config plus draft_vocab_size)
