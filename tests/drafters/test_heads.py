@@ -52,10 +52,12 @@ def reference(target, prompt: list[int], n: int) -> list[int]:
     return out[0, len(prompt) :].tolist()
 
 
-def fitted_heads(target, prompt: list[int], n: int = 40, steps: int = 60) -> BlockwiseHeads:
+def fitted_heads(
+    target, prompt: list[int], n: int = 40, steps: int = 60, sequential: bool = False, k: int = K
+) -> BlockwiseHeads:
     """Heads fitted (a second on CPU) with the training loss to the target's greedy continuation of
     prompt: their drafts are then often right, so rounds accept drafts and reject others."""
-    heads = BlockwiseHeads(HeadsConfig(K, target.config.hidden_size)).train()
+    heads = BlockwiseHeads(HeadsConfig(k, target.config.hidden_size, sequential=sequential)).train()
     window = torch.tensor([prompt + reference(target, prompt, n)])
     optimizer = torch.optim.Adam(heads.parameters(), lr=1e-2)
     for _ in range(steps):

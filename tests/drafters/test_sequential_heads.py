@@ -12,7 +12,7 @@ import json
 import pytest
 import torch
 from conftest import make_model
-from test_heads import ARCHS, CFG, PROMPT, RUNS, SAMPLED_PROMPT, V, reference, run, run_tree
+from test_heads import ARCHS, CFG, PROMPT, RUNS, SAMPLED_PROMPT, V, fitted_heads, reference, run, run_tree
 from test_lossless_sampling import exact_joint, g_test_pvalue
 from typer.testing import CliRunner
 
@@ -33,7 +33,7 @@ from specli.models.blockwise_heads import (
     token_inputs,
 )
 from specli.models.cached_lm import CachedLM
-from specli.training.heads import heads_loss, teacher_tokens
+from specli.training.heads import teacher_tokens
 
 K = 4
 
@@ -48,19 +48,6 @@ def sequential_heads(target, k: int = K, seed: int = 0, std: float = 0.3) -> Blo
     return heads.eval()
 
 
-def fitted_sequential(target, prompt: list[int], n: int = 40, steps: int = 80) -> BlockwiseHeads:
-    """Sequential heads fitted with the training loss to the target's greedy continuation of prompt."""
-    heads = BlockwiseHeads(HeadsConfig(K, target.config.hidden_size, sequential=True)).train()
-    window = torch.tensor([prompt + reference(target, prompt, n)])
-    optimizer = torch.optim.Adam(heads.parameters(), lr=1e-2)
-    for _ in range(steps):
-        loss, _ = heads_loss(heads, target, window)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return heads.eval()
-
-
 @pytest.fixture(scope="module", params=ARCHS)
 def target(request):
     return make_model(request.param, 384, layers=4, seed=4, eos_token_id=None).eval()
@@ -68,7 +55,7 @@ def target(request):
 
 @pytest.fixture(scope="module")
 def fitted(target):
-    return fitted_sequential(target, PROMPT)
+    return fitted_heads(target, PROMPT, steps=80, sequential=True, k=K)
 
 
 def committed(rounds) -> list[int]:
