@@ -315,6 +315,27 @@ MUTANTS = [
         tests=["test_training_alignment.py", "test_parallel_drafting.py -k packed_training_layout"],
     ),
     dict(
+        id="heads-sequential-stale-pending", area="drafters/heads", lossy=False,
+        why="sequential head 1 keeps reading the pending token of an earlier round",
+        old="self._pending = token\n        if self._verified is not None:  # the row of the last accepted",
+        new="self._pending = self._pending\n        if self._verified is not None:  # the row of the last accepted",
+        tests=["test_sequential_heads.py -k chain_reads"],
+    ),
+    dict(
+        id="heads-sequential-tree-root-state", area="drafters/heads", lossy=False,
+        why="a sequential tree expands every node from the root's state, not its parent's",
+        old="states = torch.stack([below[growth.parents[node]] for node in nodes])",
+        new="states = torch.stack([below[ROOT] for node in nodes])",
+        tests=["test_sequential_heads.py -k tree_nodes"],
+    ),
+    dict(
+        id="heads-teacher-shift", area="training/heads", lossy=False,
+        why="sequential heads are trained reading the token one position early",
+        old="part = embedded[:, i + 1 :]",
+        new="part = embedded[:, i:]",
+        tests=["test_sequential_heads.py -k training_feeds"],
+    ),
+    dict(
         id="train-loop-deadline", area="training/loop", lossy=False,
         why="the time limit ignores the next step's expected time (a run ends past its deadline)",
         old="if limits.deadline is not None and now + mean >= limits.deadline:",
