@@ -317,8 +317,8 @@ MUTANTS = [
     dict(
         id="heads-sequential-stale-pending", area="drafters/heads", lossy=False,
         why="sequential head 1 keeps reading the pending token of an earlier round",
-        old="self._pending = token\n        if self._verified is not None:  # the row of the last accepted",
-        new="self._pending = self._pending\n        if self._verified is not None:  # the row of the last accepted",
+        old="self._pending = token\n        if self._verified is not None:  # the row",
+        new="self._pending = self._pending\n        if self._verified is not None:  # the row",
         tests=["test_sequential_heads.py -k chain_reads"],
     ),
     dict(
