@@ -123,9 +123,10 @@ def load(
 
     `engine` (None: the preset's, else "auto"): "torch" evaluates the models with transformers;
     "llama.cpp" with llama.cpp, on the GGUF file itself in its own quantization (strategies none,
-    lookup and draft; a drafter that is no GGUF is written as one once into specli's cache; needs
-    llama-cpp-python); "auto" picks llama.cpp for a GGUF target when it is installed, every strategy
-    runs on it and neither dtype nor quant was asked for, else torch (docs/design.md §15).
+    lookup, draft and heads, chains only; a drafter that is no GGUF is written as one once into
+    specli's cache; needs llama-cpp-python); "auto" picks llama.cpp for a GGUF target when it is
+    installed, every strategy runs on it and neither dtype nor quant was asked for, else torch
+    (docs/design.md §15).
     `pair.engine` says which ran.
     """
     spec = preset_for(preset, target=target, draft=draft, strategy=strategy)
@@ -164,7 +165,8 @@ def load(
         needs = [plan.head_need(head, models[0], dev, trust_remote_code) for head in heads.values()]
         placement = plan.plan_pair(models, dev, device, trust_remote_code, heads=needs)
         target_model, draft_model = _load_weights(models, placement, dev, fetcher)
-        loaded = {slot: _load_head(head, target_model, fetcher) for slot, head in heads.items()}
+        device = CachedLM(target_model).output_device
+        loaded = {slot: _load_head(head, target_model, fetcher, device) for slot, head in heads.items()}
     apply_threads(threads, probe)
     head, blockwise = heads.get(Model.HEAD), heads.get(Model.HEADS)
     pair = _pair(
@@ -260,11 +262,17 @@ def _load_on(
     load_model = engines.model_loader(engine)
     probe = BusyProbe()
     with _progress_bars(progress, hub=fetcher.download_bars is None):
-        models, tokenizer, _ = _fetch_and_check(replace(wanted, heads={}), fetcher)
+        models, tokenizer, heads = _fetch_and_check(wanted, fetcher)
     apply_threads(threads, probe)
     target_model = load_model(models[0].name, models[0].folder)
     draft_model = load_model(models[1].name, models[1].folder) if len(models) > 1 else None
-    pair = _pair(spec, wanted, models, tokenizer, (target_model, draft_model))
+    cpu = torch.device("cpu")  # the heads beside the LM head llama.cpp's file gives torch (llama_cpp.lm)
+    loaded = {slot: _load_head(head, target_model, fetcher, cpu) for slot, head in heads.items()}
+    blockwise = heads.get(Model.HEADS)
+    pair = _pair(
+        spec, wanted, models, tokenizer, (target_model, draft_model),
+        heads=loaded.get(Model.HEADS), heads_name=blockwise.name if blockwise is not None else None,
+    )  # fmt: skip
     pair.later = _Later(spec, models[0], fetcher, None, progress) if spec is not None else None
     if trees:
         pair.speculation = pair.speculation.model_copy(update=trees)
@@ -482,11 +490,12 @@ def _model_weights(model: ModelToLoad, planned: torch.device, fetcher: _Fetcher,
     )
 
 
-def _load_head(head: ModelToLoad, target_model: Any, fetcher: _Fetcher) -> EagleHead | BlockwiseHeads:
-    """The EAGLE head's (or blockwise heads') weights, beside the target's LM head, in the LM head's dtype
-    unless asked."""
+def _load_head(
+    head: ModelToLoad, target_model: Any, fetcher: _Fetcher, device: torch.device
+) -> EagleHead | BlockwiseHeads:
+    """The EAGLE head's (or blockwise heads') weights on `device` (the target's LM head's), in the LM
+    head's dtype unless asked."""
     lm_head = target_model.get_output_embeddings()
-    device = CachedLM(target_model).output_device
     dtype = lm_head.weight.dtype if head.dtype == "auto" else loading.resolve_dtype(head.dtype, device)
     return head_formats.load_head(
         fetcher.folder(head, weights=True),
@@ -541,7 +550,7 @@ class _Later:
         if named is None:
             return False
         head = ModelToLoad(named.model, dtype=self.dtype or named.dtype)
-        device = CachedLM(pair.target_model).output_device
+        device = pair.target.output_device
         trust = self.fetcher.trust_remote_code
         with _progress_bars(self.progress, hub=self.fetcher.download_bars is None):
             head = replace(head, folder=self.fetcher.folder(head))
@@ -553,5 +562,5 @@ class _Later:
             need = plan.head_need(head, self.target, device, trust)
             strategy = "eagle" if slot == Model.HEAD else "heads"
             plan.check_addition([need], device, f"specli.load(..., strategy='{strategy}')")
-            pair.attach(head.name, head=_load_head(head, pair.target_model, self.fetcher))
+            pair.attach(head.name, head=_load_head(head, pair.target_model, self.fetcher, device))
         return True

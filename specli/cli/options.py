@@ -199,8 +199,8 @@ EngineOpt = Annotated[
     typer.Option(
         help="What evaluates the models: auto (llama.cpp for a GGUF target when llama-cpp-python is "
         "installed and the strategy runs on it, else torch), torch (transformers; every strategy) or "
-        "llama.cpp (the GGUF in its own quantization; strategies none, lookup and draft). Default: the "
-        "preset's, else auto.",
+        "llama.cpp (the GGUF in its own quantization; strategies none, lookup, draft and heads). "
+        "Default: the preset's, else auto.",
         metavar="auto|torch|llama.cpp",
     ),
 ]

@@ -48,8 +48,6 @@ ENGINE_TABLE: Mapping[str, Engine] = MappingProxyType(
                 "model",
                 "eagle": "its head reads the target's inner hidden states, which a llama.cpp forward does "
                 "not return",
-                "heads": "its heads read the target's last hidden state, which a llama.cpp forward does "
-                "not return",
             },
             # A tree round's kept cells stay where the tree put them in llama.cpp's KV buffer, out of
             # position order, and attention summed over the cells in another order rounds differently:
@@ -81,7 +79,8 @@ def refusal(strategy: str, engine: str = LLAMA) -> str | None:
 
 
 def _runs(engine: str) -> str:
-    names = [s for s in ("none", "lookup", "draft", "self", "eagle") if s not in ENGINE_TABLE[engine].refuses]
+    strategies = ("none", "lookup", "draft", "self", "eagle", "heads")
+    names = [s for s in strategies if s not in ENGINE_TABLE[engine].refuses]
     return ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else names[0]
 
 

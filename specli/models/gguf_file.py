@@ -317,3 +317,19 @@ def header_config(header: Header) -> dict[str, Any]:
 def parameter_count(header: Header) -> int:
     """Elements of every tensor in the file: the dequantized model's parameters (a tied LM head once)."""
     return sum(t.elements for t in header.tensors)
+
+
+def read_tensor(header: Header, name: str) -> Any:
+    """Tensor `name` of the file as float32, numpy order (a [V, H] embedding is V rows of H), dequantized
+    by the gguf package from a memory map (the rest of the file is not read). KeyError: no such tensor."""
+    import numpy as np
+    from gguf.constants import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    info = next((t for t in header.tensors if t.name == name), None)
+    if info is None:
+        raise KeyError(name)
+    raw = np.memmap(header.path, dtype=np.uint8, mode="r", offset=header.data_offset + info.offset)
+    rows = info.elements // info.shape[-1]
+    data = np.asarray(raw[: info.nbytes]).reshape(rows, info.nbytes // rows)  # [rows, bytes of a row]
+    return dequantize(data, GGMLQuantizationType(info.ggml_type)).reshape(info.shape).astype(np.float32)

@@ -286,6 +286,85 @@ def test_sampling_keeps_the_targets_distribution_and_a_biased_drafter_fails(pair
     assert _pvalue(counts, joint) < 1e-6
 
 
+# --------------------------------------------------------------------------- blockwise heads
+
+
+@pytest.fixture(scope="module")
+def heads_pair(ggufs):
+    """The tiny target's GGUF on llama.cpp with the shipped sequential heads (embedded:tiny-heads)."""
+    return specli.load(
+        target=str(ggufs["tiny-target"]), draft="embedded:tiny-heads", strategy="heads", engine="llama.cpp",
+        threads=1,
+    )  # fmt: skip
+
+
+def test_heads_draft_on_llama_cpp_and_the_output_is_its_own_decoding(heads_pair, reference):
+    """Blockwise heads read the final hidden state llama.cpp returns beside the logits: the output is the
+    one-token reference's, drafts are kept and refused, and with k fixed they keep as many drafts as the
+    same heads do on the torch engine (the states agree up to rounding; rows taken from the wrong
+    position, or a stale state, would keep far fewer). Trees stay refused on this engine."""
+    assert heads_pair.engine == "llama.cpp"
+    on_torch = specli.load(strategy="heads", threads=1)  # the embedded pair: the same target and heads
+    fixed = {"max_new_tokens": 40, "ignore_eos": True, "fixed_k": True, "num_draft_tokens": 4}
+    accepted = rejections = torch_accepted = 0
+    for prompt in PROMPTS:
+        ids = heads_pair.prompt_ids(prompt, chat=False)
+        result = heads_pair.generate(prompt_ids=ids, chat=False, **fixed)
+        assert result.token_ids == reference.greedy(ids, 40)[0], prompt
+        assert result.stats.strategy == "heads" and result.stats.drafted > 0
+        accepted += result.stats.accepted
+        rejections += result.stats.rejections
+        torch_accepted += on_torch.generate(prompt_ids=ids, chat=False, **fixed).stats.accepted
+    assert rejections > 0 and accepted > 0
+    assert abs(accepted - torch_accepted) <= 0.1 * torch_accepted, (accepted, torch_accepted)
+    with pytest.raises(UsageError, match="--tree does not run on the llama.cpp engine"):
+        heads_pair.generate("def f(x):", max_new_tokens=4, tree=8)
+
+
+def test_forward_features_are_the_final_hidden_states_and_leave_the_logits_alone(heads_pair):
+    """forward_features gives transformers' last hidden state (after the final norm) of the rows it
+    scores: a prefill's last row only, a verify's every row; the logits are the plain forward's, bit for
+    bit, and embeddings are off again afterwards. Inner layers: one line naming --engine torch."""
+    from transformers import AutoModelForCausalLM
+
+    from specli.errors import SpecliError
+
+    lm = heads_pair.target
+    ids = torch.tensor(heads_pair.prompt_ids(PROMPTS[0], chat=False))
+    model = AutoModelForCausalLM.from_pretrained(embedded_model("tiny-target"), dtype=torch.float32)
+    with torch.no_grad():
+        hidden = model(ids[None], output_hidden_states=True).hidden_states[-1][0]  # [n, H]
+    cache = lm.new_cache()
+    logits, first = lm.forward_features(ids[:-3], cache, (lm.depth,), last_only=True)
+    assert logits.shape == (1, lm.vocab_size) and first.shape == (1, hidden.shape[1])
+    torch.testing.assert_close(first[0], hidden[-4], atol=1e-2, rtol=0)
+    logits, rows = lm.forward_features(ids[-3:], cache, (lm.depth,))
+    logits = logits.clone()
+    assert logits.shape == (3, lm.vocab_size)
+    torch.testing.assert_close(rows, hidden[-3:], atol=1e-2, rtol=0)
+    plain = lm.new_cache()
+    lm.forward(ids[:-3], plain, last_only=True)
+    assert torch.equal(lm.forward(ids[-3:], plain), logits)
+    lm.forward_features(ids[:1], plain, (lm.depth,))
+    lm.forget()  # a whole prefill next, not a reuse of these cells
+    again = lm.forward(ids, lm.new_cache(), last_only=True)  # with embeddings on, row 0 would be the first
+    torch.testing.assert_close(again[0], logits[-1], atol=1e-4, rtol=0)
+    with pytest.raises(SpecliError, match="no hidden states of inner layers"):
+        lm.forward_features(ids[:2], lm.new_cache(), (1,))
+
+
+def test_the_file_gives_torch_its_lm_head_and_embedding(heads_pair):
+    """The heads' LM head and token embedding are the GGUF's own tensors, dequantized (tied here)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(embedded_model("tiny-target"), dtype=torch.float32)
+    gguf_model = heads_pair.target_model
+    head, embedding = gguf_model.get_output_embeddings(), gguf_model.get_input_embeddings()
+    torch.testing.assert_close(head.weight, model.get_output_embeddings().weight)
+    torch.testing.assert_close(embedding.weight, model.get_input_embeddings().weight)
+    assert gguf_model.get_output_embeddings() is head  # dequantized once
+
+
 # --------------------------------------------------------------------------- choosing the engine
 
 
@@ -294,6 +373,7 @@ def test_auto_picks_llama_cpp_for_a_gguf_target_only():
     assert engines.choose("auto", gguf_target=False, strategies=["lookup"], installed=True) == "torch"
     assert engines.choose("auto", gguf_target=True, strategies=["lookup"], installed=False) == "torch"
     assert engines.choose("auto", gguf_target=True, strategies=["none", "eagle"], installed=True) == "torch"
+    assert engines.choose("auto", gguf_target=True, strategies=["heads"], installed=True) == "llama.cpp"
     assert engines.choose("llama-cpp", gguf_target=True, strategies=["draft"], installed=True) == "llama.cpp"
     with pytest.raises(UsageError, match="needs llama-cpp-python.*\n.*pip install"):
         engines.choose("llama.cpp", gguf_target=True, strategies=["none"], installed=False)

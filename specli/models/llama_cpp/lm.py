@@ -30,12 +30,13 @@ import ctypes
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 import torch
 
 from specli.errors import ModelLoadError, SpecliError
+from specli.models.gguf_file import read_header, read_tensor
 from specli.models.llama_cpp.library import library
 from specli.models.llama_cpp.rows import RowRule, context_params, fill, pad_rows
 
@@ -75,10 +76,35 @@ class LlamaModel:
         self.vocab_size = int(self.llama.llama_vocab_n_tokens(self.llama.llama_model_get_vocab(self._ptr)))
         self.context_length = int(self.llama.llama_model_n_ctx_train(self._ptr))
         self.file_size = self.path.stat().st_size
+        self._embedding: torch.nn.Embedding | None = None
+        self._lm_head: torch.nn.Linear | None = None
 
     @property
     def ptr(self) -> Any:
         return self._ptr
+
+    def get_input_embeddings(self) -> torch.nn.Embedding:
+        """The file's token embedding [V, H] in torch (float32, dequantized once, on first use): what
+        sequential blockwise heads read of a token (`blockwise_heads.token_inputs`, scale-free)."""
+        if self._embedding is None:
+            weight = torch.from_numpy(read_tensor(read_header(self.path, self.name), "token_embd.weight"))
+            self._embedding = torch.nn.Embedding.from_pretrained(weight, freeze=True)
+        return self._embedding
+
+    def get_output_embeddings(self) -> torch.nn.Linear:
+        """The file's LM head [V, H] in torch (float32, dequantized once, on first use; the token
+        embedding when the file ties them): blockwise heads draft through it. llama.cpp scores the target
+        with the file's quantized blocks, so these logits differ from the target's by rounding, which
+        drafting may: verification reads llama.cpp's own."""
+        if self._lm_head is None:
+            header = read_header(self.path, self.name)
+            if any(t.name == "output.weight" for t in header.tensors):
+                weight = torch.from_numpy(read_tensor(header, "output.weight"))
+            else:
+                weight = self.get_input_embeddings().weight
+            self._lm_head = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+            self._lm_head.weight = torch.nn.Parameter(weight, requires_grad=False)
+        return self._lm_head
 
     def describe(self) -> str:
         buf = ctypes.create_string_buffer(256)
@@ -285,6 +311,32 @@ class LlamaLM:
         """Run ids [n] after the chain; returns logits [n, V] (or [1, V] when last_only). A prefill
         (last_only) runs in chunks of BATCH; logits rows follow the rule (at most `most` a forward, at
         least `least` rows each). The logits stay valid until the next forward."""
+        return self._forward(ids, cache, last_only, features=False)[0]
+
+    def forward_features(
+        self, ids: torch.Tensor, cache: LlamaCache, layers: tuple[int, ...], *, last_only: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`forward` that also returns the final (normed) hidden state of the rows it scores (llama.cpp's
+        token embeddings with no pooling, from the same decode): (logits [n|1, V], features [n|1, H]).
+        Only the last layer (`layers` = (depth,), what blockwise heads read): llama.cpp returns no inner
+        layer's. A prefill (last_only) gives its last row only, which it runs as a step of its own after
+        the rest of the prompt (each position scores as a step would on an exact build): llama.cpp
+        outputs every row of a decode with embeddings on, and V-wide rows for the whole prompt would cost
+        more than the prompt."""
+        if tuple(layers) != (self.depth,):
+            raise _no_features()
+        logits, features = self._forward(ids, cache, last_only, features=True)
+        assert features is not None
+        return logits, features
+
+    @property
+    def depth(self) -> int:
+        """The target's layer count (transformers' index of the final hidden state)."""
+        return int(self.model.config.get_text_config().num_hidden_layers)
+
+    def _forward(
+        self, ids: torch.Tensor, cache: LlamaCache, last_only: bool, *, features: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         tokens = [int(t) for t in ids.tolist()]
         if cache.tree:
             raise RuntimeError("a chain forward while tree cells are in the cache (rewind or keep first)")
@@ -294,19 +346,44 @@ class LlamaLM:
         if cache is self._live:
             self._held[cache.chain :] = tokens
         rule = self.rule
-        if last_only and rule.exact_everywhere:  # the last row scores as any row does: one batch
-            return self._run(cache, tokens, BATCH, last_only=True)
+        if last_only and rule.exact_everywhere and not features:  # the last row scores as any row: one batch
+            return self._run(cache, tokens, BATCH, last_only=True), None
         if last_only:  # the prompt but its last token as KV only, then that token as a step would be
             self._run(cache, tokens[:-1], BATCH, last_only=True, logits=False)
             tokens = tokens[-1:]
-        return self._run(cache, tokens, rule.most)
+        if not features:
+            return self._run(cache, tokens, rule.most), None
+        self.llama.llama_set_embeddings(self._ctx, True)  # every row of a decode is output (and embedded)
+        try:
+            return self._run(cache, tokens, rule.most, features=True)
+        finally:
+            self.llama.llama_set_embeddings(self._ctx, False)
+
+    @overload
+    def _run(
+        self, cache: LlamaCache, tokens: list[int], size: int, *, last_only: bool = ..., logits: bool = ...
+    ) -> torch.Tensor: ...
+
+    @overload
+    def _run(
+        self, cache: LlamaCache, tokens: list[int], size: int, *, features: Literal[True]
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
     def _run(
-        self, cache: LlamaCache, tokens: list[int], size: int, *, last_only: bool = False, logits: bool = True
-    ) -> torch.Tensor:
+        self,
+        cache: LlamaCache,
+        tokens: list[int],
+        size: int,
+        *,
+        last_only: bool = False,
+        logits: bool = True,
+        features: bool = False,
+    ) -> Any:
         """tokens in chunks of `size` at the chain's end, each padded to the rule's least rows; logits of
-        every token [n, V], of the last [1, V] (last_only), or none (logits=False: an empty tensor)."""
-        n, parts = len(tokens), []
+        every token [n, V], of the last [1, V] (last_only), or none (logits=False: an empty tensor);
+        with `features` (embeddings on, every row output; not with last_only) also their hidden states
+        [n, H], copied."""
+        n, parts, states = len(tokens), [], []
         for start in range(0, n, size):
             chunk = tokens[start : start + size]
             last_chunk = start + size >= n
@@ -316,12 +393,22 @@ class LlamaLM:
                 self._batch.logits[len(chunk) - 1] = True
             self._decode(len(chunk), pad)
             cache.chain += len(chunk)
+            if features:
+                states.append(self._embeddings(len(chunk)))
             if logits and not last_only and not last_chunk:
                 parts.append(self._logits(len(chunk)).clone())  # the next chunk overwrites the buffer
         if not logits:
             return torch.empty(0)
         rows = self._logits(1 if last_only else n - sum(len(p) for p in parts))
-        return torch.cat([*parts, rows]) if parts else rows
+        rows = torch.cat([*parts, rows]) if parts else rows
+        return (rows, torch.cat(states)) if features else rows
+
+    def _embeddings(self, rows: int) -> torch.Tensor:
+        """The last decode's first `rows` token embeddings [rows, H] (the final normed hidden states),
+        copied out of llama.cpp's buffer."""
+        width = int(self.llama.llama_model_n_embd(self.model.ptr))
+        pointer = self.llama.llama_get_embeddings(self._ctx)
+        return torch.from_numpy(np.ctypeslib.as_array(pointer, shape=(rows, width)).copy())
 
     def _prime(self, cache: LlamaCache, tokens: list[int], last_only: bool) -> list[int]:
         """A new cache's first forward: keep the previous chain's positions that hold the same tokens
@@ -336,9 +423,6 @@ class LlamaLM:
         del self._held[shared:]
         cache.chain = self.reused = shared
         return tokens[shared:]
-
-    def forward_features(self, *_: Any, **__: Any) -> Any:
-        raise _no_features()
 
     def forward_masked(
         self,

@@ -67,6 +67,7 @@ def context_params(llama: Any, n_ctx: int, threads: int, batch: int, sequences: 
     # no flash attention: its one-query path splits the keys over the threads past 512 cells and its
     # batch path tiles queries, so a batch would not score positions as one-token steps do
     params.flash_attn_type = llama.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    params.pooling_type = llama.LLAMA_POOLING_TYPE_NONE  # embeddings (when on) per token: heads read them
     params.no_perf = True
     return params
 
