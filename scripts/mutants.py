@@ -256,6 +256,20 @@ MUTANTS = [
         new="self.llama.llama_memory_seq_rm(self._memory, cache.seq, cache.chain - n + 1, -1)",
         tests=["test_llama_engine.py"],
     ),
+    dict(
+        id="llama-features-first-row", area="models/llama_cpp", lossy=False,
+        why="every row of a llama.cpp forward given the first row's hidden state",
+        old="np.ctypeslib.as_array(pointer, shape=(rows, width)).copy())",
+        new="np.ctypeslib.as_array(pointer, shape=(1, width)).copy()).expand(rows, -1).clone()",
+        tests=["test_llama_engine.py -k 'features or heads'"],
+    ),
+    dict(
+        id="llama-embeddings-stay-on", area="models/llama_cpp", lossy=True,
+        why="embeddings left on after a heads forward: a later prefill returns its first row's logits",
+        old="            self.llama.llama_set_embeddings(self._ctx, False)",
+        new="            pass",
+        tests=["test_llama_engine.py -k 'features or heads'"],
+    ),
     # ------------------------------------------------------------------ serve/
     dict(
         id="stops-trim-extra", area="serve/stops", lossy=True,
