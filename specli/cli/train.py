@@ -146,7 +146,13 @@ StepsOpt = Annotated[Int, _opt("Optimizer steps in all (default 2000).")]
 BatchSizeOpt = Annotated[Int, _opt("Windows per step (default 8).")]
 ContextOpt = Annotated[Int, _opt("Tokens per window (default 512).")]
 LrOpt = Annotated[float | None, _opt("Peak learning rate (default 5e-4; pard, draft 1e-4).")]
-DraftVocabOpt = Annotated[Int, _opt("eagle3, peagle: tokens the head drafts over (default 32000).")]
+DraftVocabOpt = Annotated[
+    Int,
+    _opt(
+        "eagle3, peagle: tokens the head drafts over (default 32000); heads: the same, chosen when they "
+        "are saved (default 8192, 0: all; may change on --resume)."
+    ),
+]
 TttStepsOpt = Annotated[Int, _opt("eagle3: training-time-test unroll depth (default 3).")]
 LayersOpt = Annotated[Int, _opt("eagle3, peagle: the head's decoder layers (default 1).")]
 AuxLayersOpt = Annotated[

@@ -38,7 +38,7 @@ import torch
 from specli.engine.drafter import Drafter, Drafts, Proposal
 from specli.engine.sampling import SamplingConfig, ranking_distribution
 from specli.engine.tree import ROOT, TreeGrowth, depths, grow
-from specli.errors import UsageError
+from specli.errors import ModelLoadError, UsageError
 from specli.models.blockwise_heads import BlockwiseHeads, token_inputs
 
 if TYPE_CHECKING:
@@ -69,6 +69,7 @@ class HeadsDrafter(Drafter):
         self.tree_draws = True  # under sampling its children are drawn from q
         self.feature_layers = (int(target_model.config.get_text_config().num_hidden_layers),)
         self._lm_head = target_model.get_output_embeddings()
+        self._vocab, self._rows = draft_rows(heads, self._lm_head)
         self._embed = target_model.get_input_embeddings() if heads.config.sequential else None
         self._pending: int | None = None  # the pending token (what sequential head 1 reads)
         self._inputs: dict[int, torch.Tensor] = {}  # token id -> token_inputs of it [H] (a cache)
@@ -115,7 +116,7 @@ class HeadsDrafter(Drafter):
                     self._sequential_growth(sampling), k, sampling, generator, nodes, info, shape
                 )
             return self._propose_sequential(k, sampling, generator, info)
-        logits = self.heads.logits(self._hidden.to(self.device), self._lm_head)[:k]  # [k, V]
+        logits = self._project(self.heads.states(self._hidden.to(self.device).to(self._dtype)))[:k]  # [k, V]
         if nodes:
             growth = self._medusa_growth(logits, sampling)
             return self._propose_tree(growth, logits.shape[0], sampling, generator, nodes, info, shape)
@@ -141,7 +142,21 @@ class HeadsDrafter(Drafter):
         """Head i (0-based) after states [n, H] and the tokens before its drafts [n, H] -> (its states
         [n, H], its logits [n, V])."""
         state = self.heads.step(i, states, tokens)
-        return state, self._lm_head(state.to(self._lm_head.weight.dtype))
+        return state, self._project(state)
+
+    @property
+    def _dtype(self) -> torch.dtype:
+        return next(self.heads.parameters()).dtype
+
+    def _project(self, states: torch.Tensor) -> torch.Tensor:
+        """Head states [..., H] -> logits [..., V] through the target's LM head: every row of it, or with
+        a draft vocabulary its N rows, the other tokens at -inf (q = 0)."""
+        if self._vocab is None:
+            return self._lm_head(states.to(self._lm_head.weight.dtype))
+        assert self._rows is not None
+        rows = states.to(self._rows.dtype) @ self._rows.T  # [..., N]
+        logits = rows.new_full((*rows.shape[:-1], self._lm_head.weight.shape[0]), float("-inf"))
+        return logits.index_copy_(-1, self._vocab, rows)
 
     def _propose_sequential(
         self, k: int, sampling: SamplingConfig, generator: torch.Generator | None, info: dict[str, Any]
@@ -222,6 +237,24 @@ class HeadsDrafter(Drafter):
     def commit_tree(self, path: list[int], token: int) -> None:
         """The engine observed the root's and the kept path's states: the last produced `token`."""
         self.commit(len(path), token)
+
+
+def draft_rows(heads: BlockwiseHeads, lm_head: Any) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(the draft vocabulary [N], the LM head's rows for it [N, H]) for heads with one, on the LM head's
+    device; (None, None) otherwise. ModelLoadError for ids outside the target's vocabulary, or an LM
+    head with a bias (no target specli drafts for has one)."""
+    if heads.vocab is None:
+        return None, None
+    weight = lm_head.weight  # [V, H]
+    vocab = heads.vocab.to(weight.device)
+    if int(vocab.min()) < 0 or int(vocab.max()) >= weight.shape[0]:
+        raise ModelLoadError(
+            f"the heads' draft vocabulary names token ids up to {int(vocab.max())}, and the target has "
+            f"{weight.shape[0]}: these heads were trained for another target (`specli train heads`)."
+        )
+    if getattr(lm_head, "bias", None) is not None:
+        raise ModelLoadError("the heads' draft vocabulary needs an LM head without a bias.")
+    return vocab, weight[vocab].detach().clone()  # [N], [N, H]
 
 
 def build(context: DraftContext, length: int) -> HeadsDrafter:

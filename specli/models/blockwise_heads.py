@@ -17,7 +17,11 @@ A folder of heads: config.json `{"specli_heads": {"num_heads": K, "hidden_size":
 "sequential": false, "intermediate": 0}}` and model.safetensors with `heads.{i}.linear.weight` [H, H]
 ([H, 2H] sequential) and `heads.{i}.linear.bias` [H] (i = 0..K-1). With an intermediate width I > 0 a
 block is x + down(SiLU(up(inputs))) instead: `heads.{i}.up.*` [I, H or 2H] and `heads.{i}.down.*` [H, I]
-(down starts at zero, so a fresh block is still the identity). `read_config` / `check_fits` /
+(down starts at zero, so a fresh block is still the identity). With `"draft_vocab": N` the file also
+holds `vocab` [N] (int64): the target ids the heads draft over, the training data's N most frequent
+(each head then projects through N rows of the LM head instead of V: on a CPU a row of SmolLM2's
+49,152 x 576 head costs about a third of a llama.cpp step, of Gemma 3's 262,144 x 640 two steps; a
+token outside gets q = 0, which verification allows). `read_config` / `check_fits` /
 `load_heads` read and check one (the config first, so a folder for another target is refused before its
 weights are opened); `save_heads` writes one.
 """
@@ -53,6 +57,7 @@ class HeadsConfig:
     target: str = ""
     sequential: bool = False  # each head also reads the token before its own (Hydra's form)
     intermediate: int = 0  # > 0: each block is an MLP of this width (0: one Linear, Medusa's block)
+    draft_vocab: int = 0  # > 0: they draft over these many tokens (`BlockwiseHeads.vocab`; 0: every token)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     parallel = True
@@ -60,7 +65,7 @@ class HeadsConfig:
     label = "heads"
 
     def __post_init__(self) -> None:
-        if self.num_heads < 1 or self.hidden_size < 1 or self.intermediate < 0:
+        if self.num_heads < 1 or self.hidden_size < 1 or self.intermediate < 0 or self.draft_vocab < 0:
             raise ValueError(f"heads need num_heads >= 1 and hidden_size >= 1, not {self}")
         self.extra.setdefault("speculative_tokens", self.num_heads)
         if self.target:
@@ -69,7 +74,8 @@ class HeadsConfig:
     def to_dict(self) -> dict[str, Any]:
         """The config.json of a heads folder."""
         body = {"num_heads": self.num_heads, "hidden_size": self.hidden_size, "target": self.target}
-        return {KEY: {**body, "sequential": self.sequential, "intermediate": self.intermediate}}
+        body = {**body, "sequential": self.sequential, "intermediate": self.intermediate}
+        return {KEY: {**body, "draft_vocab": self.draft_vocab} if self.draft_vocab else body}
 
     @property
     def form(self) -> str:
@@ -111,6 +117,10 @@ class BlockwiseHeads(nn.Module):
         h = config.hidden_size
         inputs = 2 * h if config.sequential else h
         self.heads = nn.ModuleList(ResBlock(h, inputs, config.intermediate) for _ in range(config.num_heads))
+        if config.draft_vocab:  # the target's ids they draft over, ascending [N]
+            self.register_buffer("vocab", torch.zeros(config.draft_vocab, dtype=torch.long))
+        else:
+            self.vocab: torch.Tensor | None = None
 
     def states(self, hidden: torch.Tensor, tokens: torch.Tensor | None = None) -> torch.Tensor:
         """hidden [..., H] -> [K, ..., H]: head i's state for each position (i = 0..K-1). Sequential heads
@@ -173,6 +183,7 @@ def config_from_dict(data: Mapping[str, Any], name: str) -> HeadsConfig:
             str(body.get("target") or ""),
             sequential,
             int(body.get("intermediate") or 0),
+            int(body.get("draft_vocab") or 0),
         )
     except (KeyError, TypeError, ValueError) as err:
         raise ModelLoadError(
@@ -212,13 +223,16 @@ def _expected(config: HeadsConfig) -> dict[str, tuple[int, ...]]:
         for name, rows, columns in layers if config.intermediate else [("linear", h, inputs)]:
             shapes[f"heads.{i}.{name}.weight"] = (rows, columns)
             shapes[f"heads.{i}.{name}.bias"] = (rows,)
+    if config.draft_vocab:
+        shapes["vocab"] = (config.draft_vocab,)
     return shapes
 
 
 def parameter_bytes(config: HeadsConfig, dtype: torch.dtype) -> int:
     """Bytes the heads' weights take in dtype (for the memory planner)."""
     size = torch.tensor([], dtype=dtype).element_size()
-    return sum(math.prod(shape) for shape in _expected(config).values()) * size
+    weights = sum(math.prod(shape) for key, shape in _expected(config).items() if key != "vocab")
+    return weights * size + config.draft_vocab * 8
 
 
 def load_heads(
@@ -257,14 +271,21 @@ def load_heads(
     return heads.to(device=device, dtype=dtype).eval()
 
 
-def save_heads(heads: BlockwiseHeads, folder: Path | str, target: str | None = None) -> Path:
-    """config.json + model.safetensors (bfloat16 weights) into folder; returns it. `target`: the name
-    the heads were trained for (default: the config's)."""
+def save_heads(
+    heads: BlockwiseHeads, folder: Path | str, target: str | None = None, vocab: torch.Tensor | None = None
+) -> Path:
+    """config.json + model.safetensors (bfloat16 weights; the draft vocabulary as int64) into folder;
+    returns it. `target`: the name the heads were trained for (default: the config's); `vocab`: the
+    target ids [N] they draft over, ascending (default: the heads' own, if any)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     state = {key: t.detach().to(STORED_DTYPE).contiguous() for key, t in heads.state_dict().items()}
+    state.pop("vocab", None)
+    vocab = heads.vocab if vocab is None else vocab
+    if vocab is not None:
+        state["vocab"] = vocab.detach().to(device="cpu", dtype=torch.long).contiguous()
     save_file(state, str(folder / WEIGHTS), metadata={"format": "pt"})
-    config = heads.config
+    config = replace(heads.config, draft_vocab=0 if vocab is None else int(vocab.numel()))
     data = replace(config, target=target or config.target).to_dict()
     (folder / "config.json").write_text(json.dumps({**data, "torch_dtype": "bfloat16"}, indent=2) + "\n")
     return folder

@@ -189,6 +189,16 @@ def _peagle(inputs: Inputs) -> Job:
     )
 
 
+def heads_vocabulary(inputs: Inputs) -> torch.Tensor | None:
+    """The heads' draft vocabulary, chosen when they are saved: the data's --draft-vocab most frequent
+    tokens (as for an EAGLE-3 head), or None (every token) when that is the target's whole vocabulary
+    or 0. The heads train against the full distribution either way; the vocabulary only narrows drafting."""
+    size, vocab = inputs.recipe.draft_vocab, int(inputs.target.config.get_text_config().vocab_size)
+    if not 0 < size < vocab:
+        return None
+    return eagle.draft_vocabulary(inputs.stream, size, vocab)
+
+
 def _heads(inputs: Inputs) -> Job:
     """Blockwise heads (--parallel of them) on the target's last hidden state; --init: heads to go on
     from."""
@@ -209,7 +219,7 @@ def _heads(inputs: Inputs) -> Job:
         return heads.evaluate(model, target, windows, r.target_autocast)
 
     def save(folder: Path) -> None:
-        save_heads(model, folder, inputs.target_name)
+        save_heads(model, folder, inputs.target_name, heads_vocabulary(inputs))
 
     return Job(
         "heads", model, step_loss, gens, r.batch_size * r.context, evaluate, save, model.config.to_dict()

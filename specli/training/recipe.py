@@ -39,7 +39,8 @@ class TrainRecipe:
     context: int = 512
     lr: float = 5e-4
     seed: int = 0
-    draft_vocab: int = 32000  # eagle3, peagle: the head's LM head rows (the most frequent tokens)
+    draft_vocab: int = 32000  # eagle3, peagle: the head's LM head rows (the most frequent tokens); heads:
+    # the tokens they draft over (chosen when saved; 0: all)
     ttt_steps: int = 3  # eagle3: training-time test unroll depth (eagle1: 1, noise instead)
     layers: int = 1  # eagle3, peagle: the head's decoder layers
     intermediate: int | None = None  # the head's MLP width (None: the target's)
@@ -74,7 +75,7 @@ KIND_DEFAULTS: dict[str, dict[str, Any]] = {
     "peagle": {"lr": 5e-4},
     "pard": {"lr": 1e-4},
     "draft": {"lr": 1e-4},
-    "heads": {"lr": 1e-3, "parallel": 4},  # Medusa-1's rate; 4 heads (its paper's 4-5)
+    "heads": {"lr": 1e-3, "parallel": 4, "draft_vocab": 8192},  # Medusa-1's rate; 4 heads (its paper's 4-5)
 }
 
 # --quick: a few steps of a small batch, for tests and a first look (explicit options still win).
@@ -92,6 +93,12 @@ QUICK: dict[str, Any] = {
 # Changing these on --resume would make another run; the rest (steps, when to checkpoint, the
 # measurement at the end, threads) may change.
 RESUMABLE = ("steps", "log_every")
+# ... and per kind: heads choose their draft vocabulary only when they are saved
+RESUMABLE_BY_KIND = {"heads": ("draft_vocab",)}
+
+
+def _resumable(saved: TrainRecipe) -> tuple[str, ...]:
+    return RESUMABLE + RESUMABLE_BY_KIND.get(saved.kind, ())
 
 
 def check_kind(kind: str) -> str:
@@ -176,7 +183,7 @@ def resume_conflicts(saved: TrainRecipe, asked: dict[str, Any]) -> list[str]:
     checkpoint's recipe, except those a resumed run may change."""
     out = []
     for name, value in asked.items():
-        if value is None or name in RESUMABLE:
+        if value is None or name in _resumable(saved):
             continue
         if getattr(saved, name) != value:
             out.append(f"--{name.replace('_', '-')} {value} (checkpoint: {getattr(saved, name)})")
@@ -185,7 +192,7 @@ def resume_conflicts(saved: TrainRecipe, asked: dict[str, Any]) -> list[str]:
 
 def resumed(saved: TrainRecipe, asked: dict[str, Any]) -> TrainRecipe:
     """The checkpoint's recipe with the values a resumed run may change."""
-    changes = {k: v for k, v in asked.items() if k in RESUMABLE and v is not None}
+    changes = {k: v for k, v in asked.items() if k in _resumable(saved) and v is not None}
     return replace(saved, **changes)
 
 
