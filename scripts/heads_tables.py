@@ -1,6 +1,7 @@
 """Print docs/performance.md's blockwise-heads tables from the reports scripts/heads_bench.sh wrote
 (docs/data/bench-heads/*.json): every drafter of the embedded pair with its speedup over plain decoding in
-its own run (the heads ran in every run beside it), and the T = 0.7 trees against their chains."""
+its own run (the heads ran in every run beside it), the T = 0.7 trees against their chains, and
+SmolLM2-135M's heads on both engines."""
 
 from __future__ import annotations
 
@@ -78,10 +79,47 @@ def trees_table(folder: Path = FOLDER) -> str:
     return "\n".join(lines)
 
 
+# SmolLM2-135M's heads (`heads_bench.sh smollm2`): report -> (engine, temperature)
+SMOLLM2 = {"smollm2-torch-T0": ("torch", "0"), "smollm2-torch-T0.7": ("torch", "0.7"),
+           "smollm2-llama": ("llama.cpp", "0")}  # fmt: skip
+SMOLLM2_ROWS = (("heads chain", "heads, chain (k ≤ 4)"), ("heads", "heads, tree ≤ 16 per round"))
+
+
+def smollm2_table(folder: Path = FOLDER) -> str:
+    """SmolLM2's heads beside plain decoding on the same engine: chain and per-round tree (torch; a
+    llama.cpp run has the chain alone, its row named `heads`)."""
+    lines = [
+        "| engine | T | row | tok/s | × plain | × chain | τ | α | c | v |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, (engine, temperature) in SMOLLM2.items():
+        report = load(folder, name)
+        if report is None:
+            return f"(missing {name})"
+        overall = report["summary"]["overall"]
+        plain = overall["none"]["tokens_per_second"]
+        lines.append(
+            f"| {engine} | {temperature} | plain decoding | {plain:.1f} | 1.00× | – | 1.00 | – | – | – |"
+        )  # noqa: E501
+        chain_name = "heads chain" if "heads chain" in overall else "heads"
+        chain = overall[chain_name]["tokens_per_second"]
+        for key, label in SMOLLM2_ROWS if chain_name == "heads chain" else (("heads", SMOLLM2_ROWS[0][1]),):
+            row = overall[key]
+            tps = row["tokens_per_second"]
+            versus = "–" if key == chain_name else f"{tps / chain:.2f}×"
+            lines.append(
+                f"| {engine} | {temperature} | {label} | {tps:.1f} | {tps / plain:.2f}× | {versus} | "
+                f"{row['mean_acceptance_length']:.2f} | {row['accept_prob']:.2f} | {row.get('c', 0.0):.2f} | "
+                f"{row.get('v', 0.0):.2f} |"
+            )
+    return "\n".join(lines)
+
+
 def main() -> int:
     folder = Path(sys.argv[1]) if len(sys.argv) > 1 else FOLDER
     print(drafters_table(folder), end="\n\n")
-    print(trees_table(folder))
+    print(trees_table(folder), end="\n\n")
+    print(smollm2_table(folder))
     return 0
 
 

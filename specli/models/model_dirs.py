@@ -74,6 +74,12 @@ RECIPES: dict[str, Recipe] = {
         "bash scripts/smollm2_train.sh data && bash scripts/smollm2_train.sh eagle3",
         "on SmolLM2 it ran slower than plain decoding",
     ),
+    "smollm2-135m-heads": Recipe(
+        "heads",
+        "package:smollm2-135m",
+        "bash scripts/smollm2_train.sh data && bash scripts/smollm2_train.sh heads",
+        "WHY",
+    ),
 }
 
 

@@ -164,10 +164,12 @@ class ArgmaxReportingSoftmax(HeadsDrafter):
         return Proposal(logits.argmax(-1), process_logits(logits, sampling))
 
 
-def sampled_joint(target, drafter_class, std: float = SAMPLED_STD) -> tuple[torch.Tensor, float]:
+def sampled_joint(
+    target, drafter_class, std: float = SAMPLED_STD, heads: BlockwiseHeads | None = None
+) -> tuple[torch.Tensor, float]:
     """Counts [V, V] of the first two tokens over RUNS seeds (the first round drafts 2), and the
-    acceptance rate."""
-    heads = random_heads(target, k=2, seed=3, std=std)
+    acceptance rate; `heads` default: random Medusa heads (k 2, `std`)."""
+    heads = heads if heads is not None else random_heads(target, k=2, seed=3, std=std)
     lm = CachedLM(target)
     counts, drafted, accepted = torch.zeros(V, V), 0, 0
     for seed in range(RUNS):

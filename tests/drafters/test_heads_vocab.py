@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 import torch
 from conftest import make_model
-from test_heads import CFG, PROMPT, RUNS, SAMPLED_PROMPT, V, fitted_heads, reference
+from test_heads import CFG, PROMPT, SAMPLED_PROMPT, V, fitted_heads, reference, sampled_joint
 from test_lossless_sampling import exact_joint, g_test_pvalue
 from test_sequential_heads import committed, sequential_heads
 
@@ -98,17 +98,7 @@ def _counts(target, drafter_class) -> tuple[torch.Tensor, float]:
     base = sequential_heads(target, k=2, seed=3, std=0.05)
     heads = BlockwiseHeads(replace(base.config, draft_vocab=V // 2)).eval()
     heads.load_state_dict({**base.state_dict(), "vocab": torch.arange(0, V, 2)})  # half the support out
-    lm = CachedLM(target)
-    counts, drafted, accepted = torch.zeros(V, V), 0, 0
-    for seed in range(RUNS):
-        config = EngineConfig(max_new_tokens=2, num_draft_tokens=2, sampling=CFG, seed=seed, fixed_k=True)
-        drafter = drafter_class(heads, target)
-        rounds = list(generate_rounds(lm, drafter, SAMPLED_PROMPT, config, StopCriteria(set())))
-        tokens = committed(rounds)
-        counts[tokens[0], tokens[1]] += 1
-        drafted += sum(len(r.drafted) for r in rounds)
-        accepted += sum(r.accepted for r in rounds)
-    return counts, accepted / max(drafted, 1)
+    return sampled_joint(target, drafter_class, heads=heads)
 
 
 def test_sampled_drafts_from_a_vocabulary_keep_the_target_distribution(small_target):

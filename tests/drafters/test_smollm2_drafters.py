@@ -30,7 +30,7 @@ from specli.readiness import absent_drafters, free_memory, readiness
 from specli.training.eagle import head_config_for, set_vocabulary
 from specli.training.jobs import save_causal_lm
 
-DRAFT, HEAD = "smollm2-135m-draft", "smollm2-135m-eagle3"
+DRAFT, HEAD, HEADS = "smollm2-135m-draft", "smollm2-135m-eagle3", "smollm2-135m-heads"
 TARGET = "package:smollm2-135m"
 # SmolLM2-135M's shape (docs/design.md: llama, 30 layers, hidden 576, GQA 9/3, vocab 49152, tied)
 SMOLLM2 = dict(
@@ -89,12 +89,13 @@ def test_the_presets_name_the_drafters_specli_train_writes():
     draft = resolve_preset("smollm2-135m")
     assert (draft.strategy, draft.target.model) == ("lookup", TARGET)
     assert draft.draft.model == f"trained:{DRAFT}" and draft.eagle_head.model == f"trained:{HEAD}"
+    assert draft.blockwise_heads.model == f"trained:{HEADS}"
     eagle = resolve_preset("smollm2-135m-eagle3")
     assert (eagle.strategy, eagle.target.model, eagle.draft.model) == ("eagle", TARGET, f"trained:{HEAD}")
     for preset in (draft, eagle):
         assert (preset.target.dtype, preset.generation.chat_template) == ("float32", "on")
         assert preset.speculation.num_draft_tokens == 4
-    for name, kind in ((DRAFT, "draft"), (HEAD, "eagle3")):
+    for name, kind in ((DRAFT, "draft"), (HEAD, "eagle3"), (HEADS, "heads")):
         recipe = model_dirs.RECIPES[name]
         assert (recipe.kind, recipe.target) == (kind, TARGET)
         assert f"scripts/smollm2_train.sh {kind.removesuffix('3')}" in recipe.script
@@ -108,7 +109,7 @@ def test_trained_drafters_live_in_specli_cache(monkeypatch, tmp_path):
 def test_an_untrained_drafter_names_the_specli_train_command_that_writes_it(trained):
     """Bug caught: a missing trained drafter reported as a folder or hub id that does not exist (no way
     to make it), or as a runtime failure instead of exit 2."""
-    for name, kind in ((DRAFT, "draft"), (HEAD, "eagle3")):
+    for name, kind in ((DRAFT, "draft"), (HEAD, "eagle3"), (HEADS, "heads")):
         with pytest.raises(ModelNotFoundError) as info:
             sources.classify(f"trained:{name}")
         err = info.value
@@ -138,15 +139,17 @@ def test_presets_show_and_list_say_what_is_not_trained(trained):
     shown = CliRunner().invoke(app, ["presets", "show", "smollm2-135m"])
     assert shown.exit_code == 0, shown.output
     lines = [line for line in shown.stdout.splitlines() if line.startswith("# --strategy")]
-    assert len(lines) == 2, shown.stdout
+    assert len(lines) == 3, shown.stdout
     assert lines[0].startswith(f"# --strategy draft: trained:{DRAFT} is not trained on this machine")
     assert "specli train draft --target package:smollm2-135m" in lines[0]
     assert lines[1].startswith("# --strategy eagle: ") and "specli train eagle3" in lines[1]
+    assert lines[2].startswith(f"# --strategy heads: trained:{HEADS} is not trained")
+    assert "specli train heads --target package:smollm2-135m" in lines[2]
     eagle = resolve_preset("smollm2-135m-eagle3")
     ready = readiness(eagle, None, free_memory())
     assert not ready.runs and any("specli train eagle3" in need.text for need in ready.needs)
     write_head(trained / HEAD)
-    assert [strategy for strategy, _ in absent_drafters(preset)] == ["draft"]
+    assert [strategy for strategy, _ in absent_drafters(preset)] == ["draft", "heads"]
     assert not any(HEAD in need.text for need in readiness(eagle, None, free_memory()).needs)
 
 
