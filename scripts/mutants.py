@@ -270,6 +270,20 @@ MUTANTS = [
         new="            pass",
         tests=["test_llama_engine.py -k 'features or heads'"],
     ),
+    dict(
+        id="heads-vocab-zero-outside", area="drafters/heads", lossy=False,
+        why="tokens outside the heads' draft vocabulary get logit 0 instead of -inf (q > 0 off the rows)",
+        old='logits = rows.new_full((*rows.shape[:-1], self._lm_head.weight.shape[0]), float("-inf"))',
+        new="logits = rows.new_zeros((*rows.shape[:-1], self._lm_head.weight.shape[0]))",
+        tests=["test_heads_vocab.py"],
+    ),
+    dict(
+        id="plain-retry-never-backs-off", area="engine/draft_length", lossy=False,
+        why="a refused retry does not double the wait: a drafter that never pays keeps costing 1 round in 17",
+        old="self._retry_after, self._retrying = min(2 * self._retry_after, PLAIN_RETRY_MAX), False",
+        new="self._retrying = False",
+        tests=["test_draft_length.py -k model_free"],
+    ),
     # ------------------------------------------------------------------ serve/
     dict(
         id="stops-trim-extra", area="serve/stops", lossy=True,

@@ -13,7 +13,9 @@ import json
 import sys
 from pathlib import Path
 
-DRAFTERS = {"smollm2-135m-eagle3": "EAGLE-3 head", "smollm2-135m-draft": "draft model"}
+DRAFTERS = {"smollm2-135m-eagle3": "EAGLE-3 head", "smollm2-135m-draft": "draft model",
+            "smollm2-135m-heads": "blockwise heads"}  # fmt: skip
+EVERY = {"smollm2-135m-heads": 250}  # the progress table's rows: every N steps (else every checkpoint)
 
 
 def chain_tau(agreement: list[float]) -> float:
@@ -70,7 +72,7 @@ def progress_table(folder: Path) -> str:
     for name, title in DRAFTERS.items():
         r = report(folder, name)
         for h in r["history"]:
-            if "validation" not in h:
+            if "validation" not in h or h["step"] % EVERY.get(name, 1):
                 continue
             agreement = h["validation"]
             lines.append(

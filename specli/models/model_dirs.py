@@ -78,7 +78,7 @@ RECIPES: dict[str, Recipe] = {
         "heads",
         "package:smollm2-135m",
         "bash scripts/smollm2_train.sh data && bash scripts/smollm2_train.sh heads",
-        "WHY",
+        "after 2 hours of training they ran at 0.95-1.03x plain decoding on SmolLM2",
     ),
 }
 

@@ -21,7 +21,7 @@ import specli
 from specli.drafters.heads import HeadsDrafter
 from specli.engine.drafter import Drafts
 from specli.engine.loop import EngineConfig, generate_rounds
-from specli.engine.sampling import process_logits
+from specli.engine.sampling import SamplingConfig, process_logits
 from specli.engine.stopping import StopCriteria
 from specli.errors import ModelLoadError
 from specli.models.blockwise_heads import BlockwiseHeads, load_heads, read_config, save_heads
@@ -45,7 +45,7 @@ def target():
 def test_a_vocabulary_round_trips_and_drafts_stay_inside_it(target, tmp_path):
     """The folder says draft_vocab N and holds vocab [N] as int64 beside bfloat16 blocks; every drafted
     token is one of its ids, drafts are kept (the vocabulary holds the continuation) and greedy output
-    is generate()'s."""
+    is generate()'s; a sampled draft's q is 0 off the vocabulary."""
     heads = fitted_heads(target, PROMPT, sequential=True, k=3)  # fitted: some drafts are kept
     vocab = _vocabulary(target, PROMPT, 30, 48)
     folder = save_heads(heads, tmp_path / "h", "t", vocab=vocab)
@@ -60,6 +60,13 @@ def test_a_vocabulary_round_trips_and_drafts_stay_inside_it(target, tmp_path):
     assert drafted and set(drafted) <= set(vocab.tolist())
     assert sum(r.accepted for r in rounds) > 0
     assert committed(rounds) == reference(target, PROMPT, 30)
+    drafter.reset(PROMPT)  # sampled: every draft's q is 0 off the vocabulary and sums to 1 on it
+    drafter.observe_features(torch.randn(len(PROMPT) - 1, target.config.hidden_size))
+    q = drafter.propose(3, SamplingConfig(1.0), torch.Generator().manual_seed(0)).q  # [k, V]; no top-k
+    outside = torch.ones(target.config.vocab_size, dtype=torch.bool)
+    outside[vocab] = False
+    assert q is not None and torch.all(q[:, outside] == 0)
+    torch.testing.assert_close(q[:, vocab].sum(-1), torch.ones(len(q)))
 
 
 def test_ids_outside_the_target_are_refused_in_one_line(target, tmp_path):

@@ -291,7 +291,8 @@ def test_acceptance_is_estimated_per_drafter_state():
 
 def test_a_model_free_drafter_gets_plain_rounds_where_drafting_does_not_pay():
     """skip (lookup): where every draft is rejected and a verify of two tokens costs 1.5 plain steps,
-    the round drafts nothing, PLAIN_RETRY rounds in a row, then drafts once to measure again; without
+    the round drafts nothing, PLAIN_RETRY rounds in a row, then drafts once to measure again, each
+    refused retry doubling the wait up to PLAIN_RETRY_MAX and a state that pays resetting it; without
     skip (a drafter whose model would have to catch up) it drafts one token; a state that copies
     still drafts the maximum."""
 
@@ -307,7 +308,20 @@ def test_a_model_free_drafter_gets_plain_rounds_where_drafting_does_not_pay():
     choices = [length.choose(100, "match 1") for _ in range(PLAIN_RETRY + 1)]
     assert choices[:PLAIN_RETRY] == [(0, "cost model: plain pays more")] * PLAIN_RETRY
     assert choices[PLAIN_RETRY][0] >= 1  # the retry
-    assert length.choose(100, "match 16+") == (8, "cost model")
+    length.observe(1, 0, 1e-5, 1.5e-3, "match 1")  # refused again: the next retry waits twice as long
+    choices = [length.choose(100, "match 1") for _ in range(2 * PLAIN_RETRY + 1)]
+    assert [k for k, _ in choices] == [0] * (2 * PLAIN_RETRY) + [choices[-1][0]] and choices[-1][0] >= 1
+    waits = []
+    for _ in range(8):  # refused every time: the wait doubles up to PLAIN_RETRY_MAX
+        length.observe(1, 0, 1e-5, 1.5e-3, "match 1")
+        streak = 0
+        while length.choose(100, "match 1")[0] == 0:
+            streak += 1
+        waits.append(streak)
+    assert waits == [64, 128, 256, 256, 256, 256, 256, 256]
+    assert length.choose(100, "match 16+") == (8, "cost model")  # copying pays: the wait starts over
+    again = [length.choose(100, "match 1")[0] for _ in range(PLAIN_RETRY + 1)]
+    assert again[:PLAIN_RETRY] == [0] * PLAIN_RETRY and again[-1] >= 1
     assert trained(skip=False).choose(100, "match 1") == (1, "cost model")
 
 
