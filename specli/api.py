@@ -165,15 +165,11 @@ def load(
         needs = [plan.head_need(head, models[0], dev, trust_remote_code) for head in heads.values()]
         placement = plan.plan_pair(models, dev, device, trust_remote_code, heads=needs)
         target_model, draft_model = _load_weights(models, placement, dev, fetcher)
-        device = CachedLM(target_model).output_device
-        loaded = {slot: _load_head(head, target_model, fetcher, device) for slot, head in heads.items()}
+        loaded = _loaded_heads(heads, target_model, fetcher, CachedLM(target_model).output_device)
     apply_threads(threads, probe)
-    head, blockwise = heads.get(Model.HEAD), heads.get(Model.HEADS)
     pair = _pair(
-        spec, wanted, models, tokenizer, (target_model, draft_model), placement=placement,
-        head=loaded.get(Model.HEAD), head_name=head.name if head is not None else None,
-        heads=loaded.get(Model.HEADS), heads_name=blockwise.name if blockwise is not None else None,
-        compile=compile, lean=lean,
+        spec, wanted, models, tokenizer, (target_model, draft_model), placement=placement, compile=compile,
+        lean=lean, **loaded,
     )  # fmt: skip
     pair.later = _Later(spec, models[0], fetcher, dtype, progress) if spec is not None else None
     k = pair.parallel_draft_tokens()
@@ -266,13 +262,9 @@ def _load_on(
     apply_threads(threads, probe)
     target_model = load_model(models[0].name, models[0].folder)
     draft_model = load_model(models[1].name, models[1].folder) if len(models) > 1 else None
-    cpu = torch.device("cpu")  # the heads beside the LM head llama.cpp's file gives torch (llama_cpp.lm)
-    loaded = {slot: _load_head(head, target_model, fetcher, cpu) for slot, head in heads.items()}
-    blockwise = heads.get(Model.HEADS)
-    pair = _pair(
-        spec, wanted, models, tokenizer, (target_model, draft_model),
-        heads=loaded.get(Model.HEADS), heads_name=blockwise.name if blockwise is not None else None,
-    )  # fmt: skip
+    # the heads beside the LM head llama.cpp's file gives torch (llama_cpp.lm), on the CPU
+    loaded = _loaded_heads(heads, target_model, fetcher, torch.device("cpu"))
+    pair = _pair(spec, wanted, models, tokenizer, (target_model, draft_model), **loaded)
     pair.later = _Later(spec, models[0], fetcher, None, progress) if spec is not None else None
     if trees:
         pair.speculation = pair.speculation.model_copy(update=trees)
@@ -488,6 +480,20 @@ def _model_weights(model: ModelToLoad, planned: torch.device, fetcher: _Fetcher,
         name=model.name,
         **where,
     )
+
+
+def _loaded_heads(
+    heads: dict[Model, ModelToLoad], target_model: Any, fetcher: _Fetcher, device: torch.device
+) -> dict[str, Any]:
+    """The heads of each slot loaded on `device`, as Pair's options (head / head_name for the EAGLE
+    head, heads / heads_name for blockwise heads; absent slots None)."""
+    options: dict[str, Any] = {}
+    slots = ((Model.HEAD, ("head", "head_name")), (Model.HEADS, ("heads", "heads_name")))
+    for slot, (weights, name) in slots:
+        head = heads.get(slot)
+        options[weights] = _load_head(head, target_model, fetcher, device) if head is not None else None
+        options[name] = head.name if head is not None else None
+    return options
 
 
 def _load_head(

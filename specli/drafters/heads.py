@@ -116,7 +116,7 @@ class HeadsDrafter(Drafter):
                     self._sequential_growth(sampling), k, sampling, generator, nodes, info, shape
                 )
             return self._propose_sequential(k, sampling, generator, info)
-        logits = self._project(self.heads.states(self._hidden.to(self.device).to(self._dtype)))[:k]  # [k, V]
+        logits = self._project(self.heads.states(self._hidden.to(self.device)))[:k]  # [k, V]
         if nodes:
             growth = self._medusa_growth(logits, sampling)
             return self._propose_tree(growth, logits.shape[0], sampling, generator, nodes, info, shape)
@@ -143,10 +143,6 @@ class HeadsDrafter(Drafter):
         [n, H], its logits [n, V])."""
         state = self.heads.step(i, states, tokens)
         return state, self._project(state)
-
-    @property
-    def _dtype(self) -> torch.dtype:
-        return next(self.heads.parameters()).dtype
 
     def _project(self, states: torch.Tensor) -> torch.Tensor:
         """Head states [..., H] -> logits [..., V] through the target's LM head: every row of it, or with

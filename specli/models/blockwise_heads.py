@@ -125,13 +125,14 @@ class BlockwiseHeads(nn.Module):
     def states(self, hidden: torch.Tensor, tokens: torch.Tensor | None = None) -> torch.Tensor:
         """hidden [..., H] -> [K, ..., H]: head i's state for each position (i = 0..K-1). Sequential heads
         also take tokens [K, ..., H]: the embeddings (`token_inputs`) of the tokens y_0..y_{K-1} that
-        heads 1..K read (teacher forcing: the true ones)."""
+        heads 1..K read (teacher forcing: the true ones). Inputs are cast to the heads' dtype."""
+        hidden = hidden.to(self._weight.dtype)
         if not self.config.sequential:
             return torch.stack([head(hidden) for head in self.heads])
         if tokens is None:
             raise ValueError("sequential heads need the embeddings of the tokens they read")
         out, state = [], hidden
-        for head, token in zip(self.heads, tokens, strict=False):
+        for head, token in zip(self.heads, tokens.to(hidden.dtype), strict=False):
             state = head(state, token)
             out.append(state)
         return torch.stack(out)
@@ -145,8 +146,7 @@ class BlockwiseHeads(nn.Module):
     def logits(self, hidden: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
         """hidden [..., H] -> [K, ..., V]: head i's logits for the token i + 1 places after the next (the
         states cast to the LM head's dtype)."""
-        states = self.states(hidden.to(self._weight.dtype))
-        return lm_head(states.to(lm_head.weight.dtype))
+        return lm_head(self.states(hidden).to(lm_head.weight.dtype))
 
     @property
     def device(self) -> torch.device:

@@ -30,7 +30,7 @@ import ctypes
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Any
 
 import numpy as np
 import torch
@@ -347,27 +347,17 @@ class LlamaLM:
             self._held[cache.chain :] = tokens
         rule = self.rule
         if last_only and rule.exact_everywhere and not features:  # the last row scores as any row: one batch
-            return self._run(cache, tokens, BATCH, last_only=True), None
+            return self._run(cache, tokens, BATCH, last_only=True)
         if last_only:  # the prompt but its last token as KV only, then that token as a step would be
             self._run(cache, tokens[:-1], BATCH, last_only=True, logits=False)
             tokens = tokens[-1:]
         if not features:
-            return self._run(cache, tokens, rule.most), None
+            return self._run(cache, tokens, rule.most)
         self.llama.llama_set_embeddings(self._ctx, True)  # every row of a decode is output (and embedded)
         try:
             return self._run(cache, tokens, rule.most, features=True)
         finally:
             self.llama.llama_set_embeddings(self._ctx, False)
-
-    @overload
-    def _run(
-        self, cache: LlamaCache, tokens: list[int], size: int, *, last_only: bool = ..., logits: bool = ...
-    ) -> torch.Tensor: ...
-
-    @overload
-    def _run(
-        self, cache: LlamaCache, tokens: list[int], size: int, *, features: Literal[True]
-    ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
     def _run(
         self,
@@ -378,11 +368,11 @@ class LlamaLM:
         last_only: bool = False,
         logits: bool = True,
         features: bool = False,
-    ) -> Any:
-        """tokens in chunks of `size` at the chain's end, each padded to the rule's least rows; logits of
-        every token [n, V], of the last [1, V] (last_only), or none (logits=False: an empty tensor);
-        with `features` (embeddings on, every row output; not with last_only) also their hidden states
-        [n, H], copied."""
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """tokens in chunks of `size` at the chain's end, each padded to the rule's least rows -> (logits
+        of every token [n, V], of the last [1, V] (last_only), or none (logits=False: an empty tensor);
+        with `features` (embeddings on, every row output; not with last_only) their hidden states [n, H],
+        copied, else None)."""
         n, parts, states = len(tokens), [], []
         for start in range(0, n, size):
             chunk = tokens[start : start + size]
@@ -398,10 +388,9 @@ class LlamaLM:
             if logits and not last_only and not last_chunk:
                 parts.append(self._logits(len(chunk)).clone())  # the next chunk overwrites the buffer
         if not logits:
-            return torch.empty(0)
+            return torch.empty(0), None
         rows = self._logits(1 if last_only else n - sum(len(p) for p in parts))
-        rows = torch.cat([*parts, rows]) if parts else rows
-        return (rows, torch.cat(states)) if features else rows
+        return torch.cat([*parts, rows]) if parts else rows, torch.cat(states) if features else None
 
     def _embeddings(self, rows: int) -> torch.Tensor:
         """The last decode's first `rows` token embeddings [rows, H] (the final normed hidden states),
