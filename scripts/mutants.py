@@ -271,6 +271,21 @@ MUTANTS = [
         tests=["test_llama_engine.py -k 'features or heads'"],
     ),
     dict(
+        id="llama-prefill-rule-ignored", area="models/llama_cpp", lossy=True,
+        why="a build whose prefill-sized batches round unlike steps still prefills a prompt's last token "
+        "in the batch and reuses an earlier prompt's cells",
+        old="return self.most >= max(TESTED) and self.prefill_exact",
+        new="return self.most >= max(TESTED)",
+        tests=["test_llama_rows.py -k 'prefill or reuses'"],
+    ),
+    dict(
+        id="llama-probe-skips-prefill-sizes", area="models/llama_cpp", lossy=True,
+        why="the probe never tries prefill-sized batches: the documented build's sgemm prefills pass",
+        old="np.array_equal(run(tokens[PREFIX : PREFIX + n], PREFIX, 0), reference[:n]) for n in PROMPTS",
+        new="True for n in PROMPTS",
+        tests=["test_llama_rows.py -k 'probe'"],
+    ),
+    dict(
         id="heads-vocab-zero-outside", area="drafters/heads", lossy=False,
         why="tokens outside the heads' draft vocabulary get logit 0 instead of -inf (q > 0 off the rows)",
         old='logits = rows.new_full((*rows.shape[:-1], self._lm_head.weight.shape[0]), float("-inf"))',

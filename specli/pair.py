@@ -401,7 +401,7 @@ class Pair:
         model = self.target_model
         size = f"{model.file_size / 2**20:.0f} MiB"
         threads = torch.get_num_threads()
-        rule = "" if self.target.rule.exact_everywhere else f"; {self.target.rule.describe()}"
+        rule = "" if self.target.rule.costs_nothing else f"; {self.target.rule.describe()}"
         cores = f"{threads} thread" + ("s" if threads != 1 else "")
         return f"{self.engine} ({model.path.name}, {self.weights_dtype}, {size}, {cores}{rule})"
 

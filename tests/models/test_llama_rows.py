@@ -16,12 +16,15 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 import test_llama_engine as engine_tests
+import torch
 from llama_reference import Reference, llama_or_skip
 from test_llama_engine import CASES, PROMPTS
 
 import specli
+from specli.models.llama_cpp.rows import PROMPTS as PROMPT_SIZES
 from specli.models.llama_cpp.rows import RowRule
 
 ggufs = engine_tests.ggufs  # the fixture: the embedded pair as F32 GGUF files (one per module)
@@ -59,17 +62,20 @@ def _measure(path: Path, tiled: str) -> RowRule:
 
 
 @pytest.mark.parametrize("name", ["tiny-target", "kquant"])
-def test_the_documented_build_needs_no_rule(ggufs, kquant, name):
-    """Built as the README says, every tested batch scores its rows as one-token steps: no throwaway
-    rows, no splits, prompts reused (the engine pays nothing for exactness)."""
-    assert _measure(kquant if name == "kquant" else ggufs[name], "0") == RowRule()
+def test_the_documented_build_scores_verifies_as_steps(ggufs, kquant, name):
+    """Built as the README says, every tested verify-sized batch scores its rows as one-token steps: no
+    throwaway rows, no splits (whether a prefill-sized batch does is the build's: llamafile's sgemm
+    takes 32 rows or more there)."""
+    rule = _measure(kquant if name == "kquant" else ggufs[name], "0")
+    assert (rule.least, rule.most) == (RowRule().least, RowRule().most), rule
 
 
 def test_the_probe_finds_a_build_whose_batches_round_differently(kquant):
     """ggml's tiled K-quant matmul takes products of 8 rows or more: the probe finds batches exact up to
-    5 rows (the largest tested size under 8) and no longer sharing one rounding across sizes."""
+    5 rows (the largest tested size under 8), prefill-sized ones not, so sizes no longer share one
+    rounding."""
     rule = _measure(kquant, "1")
-    assert rule == RowRule(least=1, most=5) and not rule.shared, rule
+    assert rule == RowRule(least=1, most=5, prefill_exact=False) and not rule.shared, rule
 
 
 def test_the_rule_makes_a_build_with_tiled_batches_exact_again(kquant):
@@ -145,16 +151,58 @@ def test_under_a_forced_rule_a_new_prompt_reuses_nothing(forced_pair):
     assert lm.reused == 0
 
 
+LONG_PROMPT = [(11 * i + 5) % 90 + 3 for i in range(48)]  # past the 32 rows of the documented build's sgemm
+
+
+def test_the_probe_finds_the_documented_build_prefilling_through_batch_kernels(ggufs):
+    """Built as the README says, llamafile's sgemm takes batches of 32 rows or more: the probe finds
+    prefill-sized batches rounding unlike steps (so prompts run their last token as a step and reuse
+    nothing), verify-sized ones not. SPECLI_LLAMA_BUILD=upstream (the CMAKE_ARGS route, no sgemm at
+    all) expects every size exact."""
+    rule = _measure(ggufs["tiny-target"], "0")
+    upstream = os.environ.get("SPECLI_LLAMA_BUILD") == "upstream"
+    assert rule == RowRule(prefill_exact=upstream), rule
+
+
+def test_a_prefill_scores_its_last_token_as_a_step_would(ggufs):
+    """Under the probe's rule a prompt's last logits are bitwise llama.cpp's prefix-then-step (the
+    reference) at every prefill size the probe tries, in a fresh cache and after an earlier generation."""
+    pair = specli.load(target=str(ggufs["tiny-target"]), strategy="none", engine="llama.cpp", threads=1)
+    lm = pair.target
+    reference = Reference(ggufs["tiny-target"], threads=1)
+    for n in (*PROMPT_SIZES, len(LONG_PROMPT)):
+        prompt = [(7 * i + 3) % (lm.vocab_size - 1) + 1 for i in range(n)]
+        want = reference.next_logits(prompt)
+        for _ in range(2):
+            got = lm.forward(torch.tensor(prompt), lm.new_cache(), last_only=True)[0].numpy()
+            assert np.array_equal(got, want), n
+
+
+def test_where_prefills_round_apart_a_new_prompt_reuses_nothing(ggufs):
+    """Cells a prefill-sized batch wrote round unlike a step's: a prompt sharing the earlier one's prefix
+    prefills it again (prefill_exact False), and reuses it where prefills are exact (the control)."""
+    pair = specli.load(target=str(ggufs["tiny-target"]), strategy="none", engine="llama.cpp", threads=1)
+    reused = {}
+    for exact in (False, True):
+        pair.target.rule = RowRule(prefill_exact=exact)
+        pair.forget_prompts()
+        for ids in (LONG_PROMPT, LONG_PROMPT + [7, 8]):
+            pair.generate(prompt_ids=ids, max_new_tokens=4, chat=False, ignore_eos=True, strategy="none")
+        reused[exact] = pair.target.reused
+    assert reused[False] == 0 and reused[True] >= len(LONG_PROMPT), reused
+
+
 def test_the_probe_keeps_the_rule_per_file_and_threads(ggufs, tmp_path, monkeypatch):
     """Measured once in the child and kept in specli's cache: the second call reads it back."""
     from specli.models.llama_cpp import probe
 
     monkeypatch.setenv("SPECLI_CACHE_DIR", str(tmp_path))
-    assert probe.check_runs(ggufs["tiny-target"], "tiny.gguf", 1) == RowRule()
+    rule = probe.check_runs(ggufs["tiny-target"], "tiny.gguf", 1)
+    assert (rule.least, rule.most) == (1, 17), rule
     (mark,) = tmp_path.glob("llama-probe/*-t1.json")
-    assert json.loads(mark.read_text())["rule"] == RowRule().to_json()
+    assert json.loads(mark.read_text())["rule"] == rule.to_json()
     monkeypatch.setattr(probe.subprocess, "run", None)  # a second child would fail the call
-    assert probe.check_runs(ggufs["tiny-target"], "tiny.gguf", 1) == RowRule()
+    assert probe.check_runs(ggufs["tiny-target"], "tiny.gguf", 1) == rule
 
 
 def test_the_header_names_the_rule_a_file_needs(forced_pair, ggufs):

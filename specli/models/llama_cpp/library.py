@@ -13,7 +13,9 @@ from specli.errors import UsageError
 
 PACKAGE = "llama-cpp-python"  # pinned to 0.3.36, the version the engine was measured on (pyproject's `llama`)
 # This CPU family lists AMX but a VM may trap its instructions; llamafile's sgemm and the REPACK kernels
-# score a batch differently from one-token steps (docs/performance.md): the build the engine is exact on.
+# score a batch differently from one-token steps (docs/performance.md). The route that needs no clone:
+# upstream's source without either (exact, slower prompts); from a clone, scripts/install_llama.sh builds
+# sgemm in for prompts only (exact, the documented build).
 CMAKE_ARGS = (
     "-DGGML_NATIVE=ON -DGGML_LLAMAFILE=OFF -DGGML_CPU_REPACK=OFF "
     "-DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' "

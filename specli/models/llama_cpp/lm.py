@@ -13,14 +13,17 @@ tokens that see it, so llama.cpp's per-sequence mask is exactly the tree's ances
 the chain's sequence to the accepted path's cells (their positions are chain, chain + 1, ...: prefix
 length + depth) and removes every tree sequence; a rewind of tree cells removes them all.
 
-Exactness. Built without llamafile's sgemm and the REPACK kernels (library.CMAKE_ARGS), without ggml's
+Exactness. Built as scripts/install_llama.sh builds it (llamafile's sgemm only for batches of 32 rows or
+more, no REPACK kernels; or upstream's source without llamafile, library.CMAKE_ARGS), without ggml's
 tiled K-quant matmul (library.TILED_MM), REPACK's buffers (`use_extra_bufts`) and flash attention, with
 a full-size sliding-window cache (`swa_full`) and the same threads for batches as for single tokens, a
-batch of n scores each position bit for bit as n one-token steps do (tests/models/test_llama_engine.py;
-docs/design.md §15). What a build does is measured, not assumed: the probe finds the file's `RowRule`
-(rows.py), and every forward that returns logits follows it (at least `least` rows, throwaway tokens in
-sequence PAD_SEQ making up the rest; at most `most`, longer runs split), so a build whose batch kernels
-differ from its one-token ones (llamafile's, the default) stays exact at the rule's cost.
+batch of up to 17 tokens scores each position bit for bit as one-token steps do
+(tests/models/test_llama_engine.py; docs/design.md §15). What a build does is measured, not assumed:
+the probe finds the file's `RowRule` (rows.py), and every forward that returns logits follows it (at
+least `least` rows, throwaway tokens in sequence PAD_SEQ making up the rest; at most `most`, longer runs
+split; where a prefill-sized batch rounds apart, a prompt's last token runs as a step of its own and no
+prompt reuses an earlier one's cells), so a build whose batch kernels differ from its one-token ones
+(upstream llamafile's, the default) stays exact at the rule's cost.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from specli.errors import ModelLoadError
-from specli.models.llama_cpp.rows import RowRule
+from specli.models.llama_cpp.rows import MEASURE_VERSION, RowRule
 from specli.models.paths import specli_cache_dir
 
 TIMEOUT_S = 300
@@ -39,7 +39,7 @@ def _key(path: Path) -> str:
     libs = sorted(str((p, p.stat().st_size, p.stat().st_mtime_ns)) for p in library.rglob("*.so*"))
     stat = path.stat()
     cpu = _cpu_flags()
-    text = json.dumps([str(path.resolve()), stat.st_size, stat.st_mtime_ns, libs, cpu])
+    text = json.dumps([str(path.resolve()), stat.st_size, stat.st_mtime_ns, libs, cpu, MEASURE_VERSION])
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 

@@ -2,11 +2,15 @@
 (docs/design.md §15). Imports only the bindings and numpy: the probe's child process runs `measure`.
 
 llama.cpp picks its matrix kernels by the number of rows in a forward: llamafile's sgemm takes 2 rows or
-more (one token goes through ggml's own dot products), and a kernel may change its tiling past some row
-count. A `RowRule` is what keeps the engine exact anyway: every forward that returns logits has at least
-`least` rows (a lone token is decoded beside throwaway tokens in a sequence of their own) and at most
-`most` (longer runs are split). `measure` finds the rule on the file itself: one-token steps (bare, or
-padded) after a 48-token prefix against batches of every tested size, compared bit for bit.
+more upstream (32 or more as scripts/install_llama.sh builds it; one token goes through ggml's own dot
+products), and a kernel may change its tiling past some row count. A `RowRule` is what keeps the engine
+exact anyway: every forward that returns logits has at least `least` rows (a lone token is decoded
+beside throwaway tokens in a sequence of their own) and at most `most` (longer runs are split); where a
+prefill-sized batch rounds unlike steps (`prefill_exact` False), a prompt's last token runs as a step of
+its own and no prompt reuses an earlier one's cells (cells a prefill wrote round by its size, and by
+where they sit in the KV buffer). `measure` finds the rule on the file itself: one-token steps (bare,
+or padded) after a 48-token prefix against batches of every tested size and of the PROMPTS sizes,
+compared bit for bit.
 """
 
 from __future__ import annotations
@@ -20,30 +24,43 @@ PREFIX = 48  # tokens before the measured ones (so attention spans more than a h
 TESTED = (2, 3, 4, 5, 8, 9, 16, 17)  # batch sizes compared with one-token steps
 PADS = (1, 2)  # the `least` rows tried, in order of cost
 USEFUL_ROWS = 5  # a rule is taken once batches of this many rows are exact under it (a draft of 4)
+MEASURE_VERSION = 2  # what `measure` checks (2: prompts in one batch); part of the probe's cache key
+PROMPTS = (33, 47, 64)  # prefill-sized batches (past the 32 rows from which the documented build's sgemm
+# takes over; a tiling rounds by the batch's size, so several)
 
 
 @dataclass(frozen=True)
 class RowRule:
-    """Forwards that return logits run with `least` <= rows <= `most`."""
+    """Forwards that return logits run with `least` <= rows <= `most`; `prefill_exact`: prefill-sized
+    batches (PROMPTS) score their rows as steps too."""
 
     least: int = 1
     most: int = max(TESTED)
+    prefill_exact: bool = True
 
     @property
     def shared(self) -> bool:
-        """Whether rows of every tested batch size round alike: only then may a new prompt reuse KV cells
-        an earlier, differently split prefill wrote."""
-        return self.most >= max(TESTED)
+        """Whether rows of every tested batch size, prefill-sized included, round alike: only then may a
+        prompt prefill with its last token in the batch, and a new prompt reuse KV cells an earlier,
+        differently split prefill wrote."""
+        return self.most >= max(TESTED) and self.prefill_exact
 
     @property
     def exact_everywhere(self) -> bool:
         return self.least == 1 and self.shared
 
+    @property
+    def costs_nothing(self) -> bool:
+        """Whether verifies run as they come: no throwaway rows, no splits (a prompt's last token run as a
+        step of its own costs one step a generation, not a round)."""
+        return self.least == 1 and self.most >= max(TESTED)
+
     def describe(self) -> str:
-        if self.exact_everywhere:
+        """What exactness costs on this file, for the engine's header line."""
+        if self.costs_nothing:
             return "batches score as one-token steps"
         parts = [f"single tokens padded to {self.least} rows"] if self.least > 1 else []
-        if not self.shared:
+        if self.most < max(TESTED):
             parts.append(f"batches split at {self.most} rows")
         return ", ".join(parts)
 
@@ -52,7 +69,7 @@ class RowRule:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RowRule:
-        return cls(int(data["least"]), int(data["most"]))
+        return cls(int(data["least"]), int(data["most"]), bool(data["prefill_exact"]))
 
 
 def context_params(llama: Any, n_ctx: int, threads: int, batch: int, sequences: int) -> Any:
@@ -98,7 +115,8 @@ def pad_rows(batch: Any, first: int, pad: int, pad_seq: int, token: int) -> None
 
 
 def measure(llama: Any, model: Any, threads: int, batch_size: int, sequences: int) -> RowRule:
-    """The cheapest rule under which every tested batch scores its rows as steps of one token do."""
+    """The cheapest rule under which every tested batch scores its rows as steps of one token do, and
+    whether batches of every size of PROMPTS do too."""
     vocab = int(llama.llama_vocab_n_tokens(llama.llama_model_get_vocab(model)))
     ctx = llama.llama_init_from_model(model, context_params(llama, 256, threads, batch_size, sequences))
     if not ctx:
@@ -107,18 +125,32 @@ def measure(llama: Any, model: Any, threads: int, batch_size: int, sequences: in
     memory = llama.llama_get_memory(ctx)
     scratch = sequences - 1
     top = max(TESTED)
-    tokens = [(7 * i + 3) % max(2, vocab - 1) + 1 for i in range(PREFIX + top)]
+    tokens = [(7 * i + 3) % max(2, vocab - 1) + 1 for i in range(PREFIX + max(PROMPTS))]
 
-    def run(part: list[int], start: int, pad: int, keep: bool = False) -> np.ndarray:
-        fill(batch, part, start, 0, pad, scratch, True)
+    def run(part: list[int], start: int, pad: int, keep: bool = False, last: bool = False) -> np.ndarray:
+        """Logits of every row of `part` [n, V], or (last) of its last row only [1, V], as a prefill asks
+        (llama.cpp then runs the last layer's feed-forward on that row alone)."""
+        fill(batch, part, start, 0, pad, scratch, not last)
+        batch.logits[len(part) - 1] = True
         if llama.llama_decode(ctx, batch) != 0:
             raise RuntimeError("llama_decode failed")
         if pad:
             llama.llama_memory_seq_rm(memory, scratch, -1, -1)
-        out = np.ctypeslib.as_array(llama.llama_get_logits(ctx), shape=(len(part), vocab)).copy()
+        rows = 1 if last else len(part)
+        out = np.ctypeslib.as_array(llama.llama_get_logits(ctx), shape=(rows, vocab)).copy()
         if not keep:
             llama.llama_memory_seq_rm(memory, 0, start, -1)
         return out
+
+    def steps(count: int, least: int) -> np.ndarray:
+        """`count` tokens after the prefix one at a time (padded to `least` rows), each kept before the
+        next -> their logits [count, V]; the cells are removed afterwards."""
+        out = [
+            run(tokens[PREFIX + i : PREFIX + i + 1], PREFIX + i, least - 1, keep=True)[0]
+            for i in range(count)
+        ]
+        llama.llama_memory_seq_rm(memory, 0, PREFIX, -1)
+        return np.stack(out)
 
     try:
         fill(batch, tokens[:PREFIX], 0, 0, 0, scratch, False)
@@ -126,14 +158,7 @@ def measure(llama: Any, model: Any, threads: int, batch_size: int, sequences: in
             raise RuntimeError("llama_decode failed")
         best: RowRule | None = None
         for least in PADS:
-            # one token at a time (padded to `least` rows), each kept before the next
-            reference = np.stack(
-                [
-                    run(tokens[PREFIX + i : PREFIX + i + 1], PREFIX + i, least - 1, keep=True)[0]
-                    for i in range(top)
-                ]
-            )
-            llama.llama_memory_seq_rm(memory, 0, PREFIX, -1)
+            reference = steps(top, least)
             most = 1
             for n in TESTED:  # the largest size with every tested size up to it exact
                 if not np.array_equal(
@@ -147,7 +172,12 @@ def measure(llama: Any, model: Any, threads: int, batch_size: int, sequences: in
             if most >= USEFUL_ROWS:
                 break
         assert best is not None
-        return best
+        # prefill-sized batches: llamafile's sgemm (from 32 rows as documented) or a tiling may take them
+        reference = steps(max(PROMPTS), best.least)
+        prefill_exact = all(
+            np.array_equal(run(tokens[PREFIX : PREFIX + n], PREFIX, 0), reference[:n]) for n in PROMPTS
+        )
+        return RowRule(best.least, best.most, prefill_exact)
     finally:
         llama.llama_batch_free(batch)
         llama.llama_free(ctx)
