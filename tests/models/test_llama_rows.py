@@ -64,10 +64,13 @@ def _measure(path: Path, tiled: str) -> RowRule:
 @pytest.mark.parametrize("name", ["tiny-target", "kquant"])
 def test_the_documented_build_scores_verifies_as_steps(ggufs, kquant, name):
     """Built as the README says, every tested verify-sized batch scores its rows as one-token steps: no
-    throwaway rows, no splits (whether a prefill-sized batch does is the build's: llamafile's sgemm
-    takes 32 rows or more there)."""
+    throwaway rows, no splits. llamafile's sgemm takes batches of 32 rows or more there, so the probe
+    finds prefill-sized batches rounding unlike steps (prompts then run their last token as a step and
+    reuse nothing). SPECLI_LLAMA_BUILD=upstream (the CMAKE_ARGS route, no sgemm at all) expects every
+    size exact."""
     rule = _measure(kquant if name == "kquant" else ggufs[name], "0")
-    assert (rule.least, rule.most) == (RowRule().least, RowRule().most), rule
+    upstream = os.environ.get("SPECLI_LLAMA_BUILD") == "upstream"
+    assert rule == RowRule(prefill_exact=upstream), rule
 
 
 def test_the_probe_finds_a_build_whose_batches_round_differently(kquant):
@@ -152,16 +155,6 @@ def test_under_a_forced_rule_a_new_prompt_reuses_nothing(forced_pair):
 
 
 LONG_PROMPT = [(11 * i + 5) % 90 + 3 for i in range(48)]  # past the 32 rows of the documented build's sgemm
-
-
-def test_the_probe_finds_the_documented_build_prefilling_through_batch_kernels(ggufs):
-    """Built as the README says, llamafile's sgemm takes batches of 32 rows or more: the probe finds
-    prefill-sized batches rounding unlike steps (so prompts run their last token as a step and reuse
-    nothing), verify-sized ones not. SPECLI_LLAMA_BUILD=upstream (the CMAKE_ARGS route, no sgemm at
-    all) expects every size exact."""
-    rule = _measure(ggufs["tiny-target"], "0")
-    upstream = os.environ.get("SPECLI_LLAMA_BUILD") == "upstream"
-    assert rule == RowRule(prefill_exact=upstream), rule
 
 
 def test_a_prefill_scores_its_last_token_as_a_step_would(ggufs):

@@ -24,7 +24,7 @@ PREFIX = 48  # tokens before the measured ones (so attention spans more than a h
 TESTED = (2, 3, 4, 5, 8, 9, 16, 17)  # batch sizes compared with one-token steps
 PADS = (1, 2)  # the `least` rows tried, in order of cost
 USEFUL_ROWS = 5  # a rule is taken once batches of this many rows are exact under it (a draft of 4)
-MEASURE_VERSION = 2  # what `measure` checks (2: prompts in one batch); part of the probe's cache key
+MEASURE_VERSION = 2  # what `measure` checks (2: prefill-sized batches too); part of the probe's cache key
 PROMPTS = (33, 47, 64)  # prefill-sized batches (past the 32 rows from which the documented build's sgemm
 # takes over; a tiling rounds by the batch's size, so several)
 
@@ -127,17 +127,13 @@ def measure(llama: Any, model: Any, threads: int, batch_size: int, sequences: in
     top = max(TESTED)
     tokens = [(7 * i + 3) % max(2, vocab - 1) + 1 for i in range(PREFIX + max(PROMPTS))]
 
-    def run(part: list[int], start: int, pad: int, keep: bool = False, last: bool = False) -> np.ndarray:
-        """Logits of every row of `part` [n, V], or (last) of its last row only [1, V], as a prefill asks
-        (llama.cpp then runs the last layer's feed-forward on that row alone)."""
-        fill(batch, part, start, 0, pad, scratch, not last)
-        batch.logits[len(part) - 1] = True
+    def run(part: list[int], start: int, pad: int, keep: bool = False) -> np.ndarray:
+        fill(batch, part, start, 0, pad, scratch, True)
         if llama.llama_decode(ctx, batch) != 0:
             raise RuntimeError("llama_decode failed")
         if pad:
             llama.llama_memory_seq_rm(memory, scratch, -1, -1)
-        rows = 1 if last else len(part)
-        out = np.ctypeslib.as_array(llama.llama_get_logits(ctx), shape=(rows, vocab)).copy()
+        out = np.ctypeslib.as_array(llama.llama_get_logits(ctx), shape=(len(part), vocab)).copy()
         if not keep:
             llama.llama_memory_seq_rm(memory, 0, start, -1)
         return out
