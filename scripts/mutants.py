@@ -281,9 +281,31 @@ MUTANTS = [
     dict(
         id="llama-probe-skips-prefill-sizes", area="models/llama_cpp", lossy=True,
         why="the probe never tries prefill-sized batches: the documented build's sgemm prefills pass",
-        old="np.array_equal(run(tokens[PREFIX : PREFIX + n], PREFIX, 0), reference[:n]) for n in PROMPTS",
+        old="np.array_equal(run(tokens[prefix : prefix + n], prefix, 0), reference[:n]) for n in PROMPTS",
         new="True for n in PROMPTS",
         tests=["test_llama_rows.py -k 'probe or documented'"],
+    ),
+    dict(
+        id="llama-flash-never-on", area="models/llama_cpp", lossy=True,
+        why="a rule with flash attention opens the context without it: verifies and steps run the other "
+        "attention than the probe measured (and the reference decodes)",
+        old="llama.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash else llama.LLAMA_FLASH_ATTN_TYPE_DISABLED",
+        new="llama.LLAMA_FLASH_ATTN_TYPE_DISABLED",
+        tests=["test_llama_rows.py -k flash"],
+    ),
+    dict(
+        id="llama-flash-chosen-when-slower", area="models/llama_cpp", lossy=False,
+        why="flash attention is taken wherever its rule is as cheap, even where its steps are slower",
+        old="if flash.as_cheap_as(plain) and seconds[True] < seconds[False]:",
+        new="if flash.as_cheap_as(plain):",
+        tests=["test_llama_rows.py -k chosen"],
+    ),
+    dict(
+        id="llama-flash-rule-costlier", area="models/llama_cpp", lossy=False,
+        why="flash attention's rule counts as cheap though its prefills round apart where plain ones don't",
+        old="return rows and self.prefill_exact >= other.prefill_exact",
+        new="return rows",
+        tests=["test_llama_rows.py -k chosen"],
     ),
     dict(
         id="heads-vocab-zero-outside", area="drafters/heads", lossy=False,

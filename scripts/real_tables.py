@@ -406,7 +406,8 @@ def specbench_table(folder: Path) -> str:
 
 
 BUILDS = {
-    "documented": "documented (sgemm from 32 rows, no REPACK)",
+    "documented": "documented (sgemm from 32 rows, no REPACK, flash attention where faster)",
+    "noflash": "the same before flash attention (stop 52's documented build)",
     "nosgemm": "upstream without sgemm (CMAKE_ARGS)",
     "sgemm": "llama.cpp's default kernels",
 }
@@ -415,7 +416,8 @@ BUILDS = {
 def _rule(report: dict) -> str:
     """The row rule the bench's engine line names (nothing after the thread count: none needed)."""
     detail = report["environment"].get("engine_detail", "").replace("threads; ", "thread; ")
-    return detail.rsplit("thread; ", 1)[1].rstrip(")") if "thread; " in detail else "none needed"
+    rule = detail.rsplit("thread; ", 1)[1].rstrip(")") if "thread; " in detail else "none needed"
+    return rule + (" (flash attention on)" if "flash attention" in detail else "")
 
 
 def builds_table(folder: Path) -> str:

@@ -393,7 +393,8 @@ class Pair:
 
     def describe_engine(self) -> str:
         """The engine and what it runs, for a header line: "torch", or "llama.cpp (FILE.gguf, Q4_1, 94 MiB, 2
-        threads)", with the row rule when the file needs one ("; single tokens padded to 2 rows")."""
+        threads)", with ", flash attention" where the probe turned it on and the row rule when the file
+        needs one ("; single tokens padded to 2 rows")."""
         if self.engine != engines.LLAMA:
             return self.engine
         import torch
@@ -403,7 +404,8 @@ class Pair:
         threads = torch.get_num_threads()
         rule = "" if self.target.rule.costs_nothing else f"; {self.target.rule.describe()}"
         cores = f"{threads} thread" + ("s" if threads != 1 else "")
-        return f"{self.engine} ({model.path.name}, {self.weights_dtype}, {size}, {cores}{rule})"
+        attention = ", flash attention" if self.target.rule.flash else ""
+        return f"{self.engine} ({model.path.name}, {self.weights_dtype}, {size}, {cores}{attention}{rule})"
 
     @property
     def weights_dtype(self) -> str:

@@ -1,7 +1,7 @@
 """llama.cpp's own one-token-at-a-time decoding of a GGUF file, written against the raw bindings and
 not through specli's `LlamaLM`: the reference the llama.cpp engine's outputs are held to. A context of
-its own (one sequence, no unified KV buffer, flash attention off as in the engine), the prompt but its
-last token prefilled in one batch, then one `llama_decode` per token, greedy. Also: the exact
+its own (one sequence, no unified KV buffer, flash attention as the engine's rule has it), the prompt
+but its last token prefilled in one batch, then one `llama_decode` per token, greedy. Also: the exact
 next-token distribution of a prefix (one fresh context per call) for the sampling tests.
 
 `pad`: a one-token step decodes its token beside pad - 1 throwaway tokens of a second sequence, as the
@@ -32,25 +32,29 @@ def llama_or_skip():
 class Reference:
     """One GGUF file under llama.cpp, decoded one token at a time with `threads` threads."""
 
-    def __init__(self, path: Path, threads: int = 1, pad: int = 1) -> None:
+    def __init__(self, path: Path, threads: int = 1, pad: int = 1, flash: bool = False) -> None:
         self.L = llama_or_skip()
         params = self.L.llama_model_default_params()
         params.use_extra_bufts = False  # weights in the file's layout, as the engine loads them
         self.model = self.L.llama_model_load_from_file(str(path).encode(), params)
         self.pad = pad
+        self.flash = flash
         assert self.model, f"llama.cpp cannot load {path}"
         self.vocab = self.L.llama_vocab_n_tokens(self.L.llama_model_get_vocab(self.model))
         self.threads = threads
 
     def _context(self, n_ctx: int):
         params = self.L.llama_context_default_params()
-        params.n_ctx = n_ctx
+        params.n_ctx = max(n_ctx, 512)  # as the engine's smallest context (a KV view of 512 cells past 256)
         params.n_batch = params.n_ubatch = 512
         params.n_threads = params.n_threads_batch = self.threads
         params.swa_full = True
         if self.pad > 1:  # the throwaway tokens' sequence beside the decoded one
             params.n_seq_max, params.kv_unified = 2, True
-        params.flash_attn_type = self.L.LLAMA_FLASH_ATTN_TYPE_DISABLED  # the engine's attention kernels
+        # the engine's attention kernels: flash attention where its rule turned it on
+        params.flash_attn_type = (
+            self.L.LLAMA_FLASH_ATTN_TYPE_ENABLED if self.flash else self.L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
         ctx = self.L.llama_init_from_model(self.model, params)
         assert ctx
         return ctx
@@ -98,6 +102,21 @@ class Reference:
                     break
                 logits = self._decode(ctx, batch, [token], len(prompt) + step)
             return out, gaps
+        finally:
+            self.L.llama_batch_free(batch)
+            self.L.llama_free(ctx)
+
+    def step_logits(self, prompt: list[int], tokens: list[int]) -> np.ndarray:
+        """After `prompt` (as `greedy` decodes it), `tokens` one step each -> their logits [n, V] (row i:
+        the distribution after tokens[i]), what a verify of `tokens` at that point must return."""
+        ctx = self._context(len(prompt) + len(tokens) + 8)
+        batch = self.L.llama_batch_init(512, 0, 1)
+        try:
+            if len(prompt) > 1:
+                self._decode(ctx, batch, prompt[:-1], 0)
+            self._decode(ctx, batch, prompt[-1:], len(prompt) - 1)
+            start = len(prompt)
+            return np.stack([self._decode(ctx, batch, [t], start + i) for i, t in enumerate(tokens)])
         finally:
             self.L.llama_batch_free(batch)
             self.L.llama_free(ctx)

@@ -64,8 +64,8 @@ def pair(ggufs):
 
 
 @pytest.fixture(scope="module")
-def reference(ggufs) -> Reference:
-    return Reference(ggufs["tiny-target"], threads=1)
+def reference(ggufs, pair) -> Reference:
+    return Reference(ggufs["tiny-target"], threads=1, flash=pair.target.rule.flash)
 
 
 def test_the_pair_runs_on_llama_cpp(pair):

@@ -41,22 +41,24 @@ def kquant(ggufs, tmp_path_factory) -> Path:
     return path
 
 
-def _measure(path: Path, tiled: str) -> RowRule:
-    """The probe's measurement in a child process with ggml's tiled K-quant matmul on or off (ggml reads
-    the switch once per process)."""
+def _measure(path: Path, tiled: str, flash: bool = False, threads: int = 1) -> RowRule:
+    """The probe's rule for one attention (`measure_rows`) in a child process with ggml's tiled K-quant
+    matmul on or off (ggml reads the switch once per process)."""
     code = textwrap.dedent(
         """
         import json, sys
         from specli.models.llama_cpp.library import library
         from specli.models.llama_cpp.lm import BATCH, SEQUENCES, model_params
-        from specli.models.llama_cpp.rows import measure
+        from specli.models.llama_cpp.rows import measure_rows
         L = library().llama
         model = L.llama_model_load_from_file(sys.argv[1].encode(), model_params(L))
-        print(json.dumps(measure(L, model, 1, BATCH, SEQUENCES).to_json()))
+        rule = measure_rows(L, model, int(sys.argv[3]), BATCH, SEQUENCES, flash=sys.argv[2] == "1")
+        print(json.dumps(rule.to_json()))
         """
     )
     env = {**os.environ, "GGML_CPU_TILED_MM": tiled}
-    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, env=env)
+    args = [sys.executable, "-c", code, str(path), str(int(flash)), str(threads)]
+    done = subprocess.run(args, capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     return RowRule.from_json(json.loads(done.stdout.strip().splitlines()[-1]))
 
@@ -71,6 +73,31 @@ def test_the_documented_build_scores_verifies_as_steps(ggufs, kquant, name):
     rule = _measure(kquant if name == "kquant" else ggufs[name], "0")
     upstream = os.environ.get("SPECLI_LLAMA_BUILD") == "upstream"
     assert rule == RowRule(prefill_exact=upstream), rule
+
+
+def test_flash_attention_scores_verifies_as_steps_past_256_cells_on_two_threads(ggufs):
+    """Measured after 260 tokens (a KV view of 512 cells) on 2 threads: on the documented build a lone
+    query's keys are not split over the threads, so every verify-sized batch scores as steps; 64-row
+    prefills take flash attention's tiled path. Upstream's source splits them: a step rounds unlike a
+    batch row, and only single tokens padded to 2 rows (a batch's path) are exact."""
+    rule = _measure(ggufs["tiny-target"], "0", flash=True, threads=2)
+    if os.environ.get("SPECLI_LLAMA_BUILD") == "upstream":
+        assert rule == RowRule(least=2, prefill_exact=False, flash=True), rule
+    else:
+        assert rule == RowRule(prefill_exact=False, flash=True), rule
+
+
+def test_flash_attention_is_chosen_only_where_as_cheap_and_faster():
+    """`choose`: the plain rule unless flash attention's costs no more (rows and prefills) and its
+    steps are faster."""
+    from specli.models.llama_cpp.rows import choose
+
+    plain, flash = RowRule(prefill_exact=False), RowRule(prefill_exact=False, flash=True)
+    assert choose(plain, flash, {False: 0.040, True: 0.036}) == flash
+    assert choose(plain, flash, {False: 0.020, True: 0.022}) == plain
+    assert choose(plain, RowRule(least=2, prefill_exact=False), {False: 0.04, True: 0.01}) == plain
+    assert choose(plain, RowRule(most=5, prefill_exact=False), {False: 0.04, True: 0.01}) == plain
+    assert choose(RowRule(), RowRule(prefill_exact=False), {False: 0.04, True: 0.01}) == RowRule()
 
 
 def test_the_probe_finds_a_build_whose_batches_round_differently(kquant):
@@ -162,7 +189,7 @@ def test_a_prefill_scores_its_last_token_as_a_step_would(ggufs):
     reference) at every prefill size the probe tries, in a fresh cache and after an earlier generation."""
     pair = specli.load(target=str(ggufs["tiny-target"]), strategy="none", engine="llama.cpp", threads=1)
     lm = pair.target
-    reference = Reference(ggufs["tiny-target"], threads=1)
+    reference = Reference(ggufs["tiny-target"], threads=1, flash=lm.rule.flash)
     for n in (*PROMPT_SIZES, len(LONG_PROMPT)):
         prompt = [(7 * i + 3) % (lm.vocab_size - 1) + 1 for i in range(n)]
         want = reference.next_logits(prompt)
@@ -199,9 +226,41 @@ def test_the_probe_keeps_the_rule_per_file_and_threads(ggufs, tmp_path, monkeypa
 
 
 def test_the_header_names_the_rule_a_file_needs(forced_pair, ggufs):
-    """The engine line says what exactness costs on this file; the exact build's says nothing more."""
+    """The engine line says what exactness costs on this file, and flash attention where it is on; the
+    exact build's says nothing more."""
     assert forced_pair.describe_engine().endswith(
         "thread; single tokens padded to 2 rows, batches split at 3 rows)"
     )
     plain = specli.load(target=str(ggufs["tiny-target"]), strategy="none", engine="llama.cpp", threads=1)
+    plain.target.rule = RowRule(prefill_exact=False)
     assert plain.describe_engine().endswith(" 1 thread)")
+    plain.target.rule = RowRule(prefill_exact=False, flash=True)
+    assert plain.describe_engine().endswith(" 1 thread, flash attention)")
+
+
+def test_with_flash_attention_past_512_cells_verifies_score_as_steps_on_two_threads(ggufs):
+    """Flash attention on (the rule), 2 threads, a 300-token prompt (past the 256 live cells where the KV
+    view grows to 512): a 9-token verify's logits are bitwise llama.cpp's own one-token steps with flash
+    attention, and the greedy ids of lookup and plain decoding are its one-token decoding. An engine
+    that left flash attention off would differ, and so does upstream's build, which splits a step's keys
+    (SPECLI_LLAMA_BUILD=upstream: the test then asserts the difference)."""
+    pair = specli.load(target=str(ggufs["tiny-target"]), strategy=["lookup", "none"], engine="llama.cpp",
+                       threads=2)  # fmt: skip
+    lm = pair.target
+    lm.rule = RowRule(prefill_exact=False, flash=True)
+    reference = Reference(ggufs["tiny-target"], threads=2, flash=True)
+    prompt = [(13 * i + 7) % 90 + 3 for i in range(300)]
+    cache = lm.new_cache()
+    lm.forward(torch.tensor(prompt[:291]), cache, last_only=True)
+    block = lm.forward(torch.tensor(prompt[291:]), cache).numpy()
+    steps = reference.step_logits(prompt[:291], prompt[291:])
+    same = [np.array_equal(block[i], steps[i]) for i in range(9)]
+    if os.environ.get("SPECLI_LLAMA_BUILD") == "upstream":  # the control: its steps split their keys
+        assert not any(same), same
+        return
+    assert all(same), same
+    expected = reference.greedy(prompt, 40)[0]
+    for strategy in ("none", "lookup"):
+        result = pair.generate(prompt_ids=prompt, max_new_tokens=40, chat=False, ignore_eos=True,
+                               strategy=strategy)  # fmt: skip
+        assert result.token_ids == expected, strategy

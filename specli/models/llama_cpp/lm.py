@@ -14,8 +14,9 @@ the chain's sequence to the accepted path's cells (their positions are chain, ch
 length + depth) and removes every tree sequence; a rewind of tree cells removes them all.
 
 Exactness. Built as scripts/install_llama.sh builds it (llamafile's sgemm only for batches of 32 rows or
-more, no REPACK kernels; or upstream's source without llamafile, library.CMAKE_ARGS), without ggml's
-tiled K-quant matmul (library.TILED_MM), REPACK's buffers (`use_extra_bufts`) and flash attention, with
+more, no REPACK kernels, flash attention's steps without a key split; or upstream's source without
+llamafile, library.CMAKE_ARGS), without ggml's tiled K-quant matmul (library.TILED_MM) and REPACK's
+buffers (`use_extra_bufts`), with flash attention where the probe finds it exact and faster, with
 a full-size sliding-window cache (`swa_full`) and the same threads for batches as for single tokens, a
 batch of up to 17 tokens scores each position bit for bit as one-token steps do
 (tests/models/test_llama_engine.py; docs/design.md §15). What a build does is measured, not assumed:
@@ -170,6 +171,7 @@ class LlamaLM:
         self._batch: Any = None
         self._n_ctx = 0
         self._threads = 0
+        self._flash = False  # the open context's attention (the rule's when it opened)
         self._wanted = MIN_CONTEXT
         self._generation = 0
         self._verify: dict[int, float] | None = None
@@ -202,8 +204,9 @@ class LlamaLM:
         """Seconds of a forward of n tokens after a 64-token prefix, for n in VERIFY_LENGTHS (the best of
         three), measured once per model and thread count: the cost model's prior (draft_length)."""
         threads = torch.get_num_threads()
-        if self._verify is None or self._threads != threads:
-            if self._ctx is None or threads != self._threads:
+        stale = self._ctx is None or threads != self._threads or self._flash != self.rule.flash
+        if self._verify is None or stale:
+            if stale:
                 self.new_cache()
             if self._n_ctx - len(self._held) < 64 + max(VERIFY_LENGTHS) + 1:  # no room beside it
                 self.llama.llama_memory_clear(self._memory, True)
@@ -233,7 +236,7 @@ class LlamaLM:
         of the same tokens at the same positions are the same numbers)."""
         threads = torch.get_num_threads()
         wanted = -(-max(self._wanted, MIN_CONTEXT) // CONTEXT_STEP) * CONTEXT_STEP
-        if self._ctx is None or wanted > self._n_ctx:
+        if self._ctx is None or wanted > self._n_ctx or self._flash != self.rule.flash:
             self._open(wanted, threads)
             self._held = []
         else:
@@ -248,7 +251,7 @@ class LlamaLM:
 
     def _open(self, n_ctx: int, threads: int) -> None:
         self._close()
-        params = context_params(self.llama, n_ctx, threads, BATCH, SEQUENCES)
+        params = context_params(self.llama, n_ctx, threads, BATCH, SEQUENCES, self.rule.flash)
         ctx = self.llama.llama_init_from_model(self.model.ptr, params)
         if not ctx:
             raise ModelLoadError(
@@ -256,7 +259,7 @@ class LlamaLM:
                 f"{last_log() or 'no reason given'}",
                 "Lower --max-new-tokens or use --engine torch.",
             )
-        self._ctx, self._n_ctx, self._threads = ctx, n_ctx, threads
+        self._ctx, self._n_ctx, self._threads, self._flash = ctx, n_ctx, threads, self.rule.flash
         self._memory = self.llama.llama_get_memory(ctx)
         self._batch = self.llama.llama_batch_init(BATCH, 0, SEQUENCES)
 

@@ -11,11 +11,19 @@ its own and no prompt reuses an earlier one's cells (cells a prefill wrote round
 where they sit in the KV buffer). `measure` finds the rule on the file itself: one-token steps (bare,
 or padded) after a 48-token prefix against batches of every tested size and of the PROMPTS sizes,
 compared bit for bit.
+
+Flash attention is a second way to run the same file. Its batch rows each run whole on one thread, as a
+step does, except where upstream splits a lone query's keys over the threads (512 KV cells on: 257 live
+ones; scripts/install_llama.sh removes that split). So `measure` finds a rule for each attention, the
+flash one past 256 live cells, times one-token steps under both, and `choose` takes flash attention only
+where its rule is as cheap and its steps are faster (Gemma 3 270M: 8 % a token at 1 thread; SmolLM2:
+slower).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import time
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -24,9 +32,11 @@ PREFIX = 48  # tokens before the measured ones (so attention spans more than a h
 TESTED = (2, 3, 4, 5, 8, 9, 16, 17)  # batch sizes compared with one-token steps
 PADS = (1, 2)  # the `least` rows tried, in order of cost
 USEFUL_ROWS = 5  # a rule is taken once batches of this many rows are exact under it (a draft of 4)
-MEASURE_VERSION = 2  # what `measure` checks (2: prefill-sized batches too); part of the probe's cache key
+MEASURE_VERSION = 3  # what `measure` checks (2: prefill-sized batches, 3: flash attention): the probe's key
 PROMPTS = (33, 47, 64)  # prefill-sized batches (past the 32 rows from which the documented build's sgemm
 # takes over; a tiling rounds by the batch's size, so several)
+FLASH_PREFIX = 260  # flash attention's rule is measured past 256 live cells (a KV view of 512 cells)
+TIMED_STEPS = 8  # one-token steps timed per attention and round (3 rounds, interleaved; the best counts)
 
 
 @dataclass(frozen=True)
@@ -37,6 +47,13 @@ class RowRule:
     least: int = 1
     most: int = max(TESTED)
     prefill_exact: bool = True
+    flash: bool = False  # flash attention on (`choose`): the context opens with it
+
+    def as_cheap_as(self, other: RowRule) -> bool:
+        """Whether this rule costs no more than `other` anywhere: no more throwaway rows, no earlier
+        splits, exact prefills wherever `other` has them."""
+        rows = self.least <= other.least and self.most >= other.most
+        return rows and self.prefill_exact >= other.prefill_exact
 
     @property
     def shared(self) -> bool:
@@ -69,11 +86,13 @@ class RowRule:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RowRule:
-        return cls(int(data["least"]), int(data["most"]), bool(data["prefill_exact"]))
+        return cls(int(data["least"]), int(data["most"]), bool(data["prefill_exact"]), bool(data["flash"]))
 
 
-def context_params(llama: Any, n_ctx: int, threads: int, batch: int, sequences: int) -> Any:
-    """The engine's context settings (LlamaLM and the probe's child share them)."""
+def context_params(
+    llama: Any, n_ctx: int, threads: int, batch: int, sequences: int, flash: bool = False
+) -> Any:
+    """The engine's context settings (LlamaLM and the probe's child share them); `flash`: the rule's."""
     params = llama.llama_context_default_params()
     params.n_ctx = n_ctx
     params.n_batch = params.n_ubatch = batch
@@ -81,9 +100,11 @@ def context_params(llama: Any, n_ctx: int, threads: int, batch: int, sequences: 
     params.n_threads = params.n_threads_batch = threads  # one split for batches and single tokens
     params.kv_unified = True  # trees and throwaway rows: one KV buffer the sequences share
     params.swa_full = True  # sliding-window layers keep every position: rewinds stay exact
-    # no flash attention: its one-query path splits the keys over the threads past 512 cells and its
-    # batch path tiles queries, so a batch would not score positions as one-token steps do
-    params.flash_attn_type = llama.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    # flash attention only where the probe chose it: upstream's one-query path splits the keys over the
+    # threads past 512 cells (the documented build does not) and its batch path tiles 64 queries or more
+    params.flash_attn_type = (
+        llama.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash else llama.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    )
     params.pooling_type = llama.LLAMA_POOLING_TYPE_NONE  # embeddings (when on) per token: heads read them
     params.no_perf = True
     return params
@@ -115,17 +136,82 @@ def pad_rows(batch: Any, first: int, pad: int, pad_seq: int, token: int) -> None
 
 
 def measure(llama: Any, model: Any, threads: int, batch_size: int, sequences: int) -> RowRule:
-    """The cheapest rule under which every tested batch scores its rows as steps of one token do, and
-    whether batches of every size of PROMPTS do too."""
+    """The file's rule: the cheapest rule for each attention (`measure_rows`), then `choose` on their
+    one-token steps' times (`step_seconds`)."""
+    plain = measure_rows(llama, model, threads, batch_size, sequences, flash=False)
+    flash = measure_rows(llama, model, threads, batch_size, sequences, flash=True)
+    if not flash.as_cheap_as(plain):
+        return plain  # not worth timing
+    return choose(plain, flash, step_seconds(llama, model, threads, batch_size, sequences))
+
+
+def choose(plain: RowRule, flash: RowRule, seconds: dict[bool, float]) -> RowRule:
+    """Flash attention's rule where it costs no more than the plain one's and its one-token steps are
+    faster (`seconds`: a step's time by attention), else the plain rule."""
+    if flash.as_cheap_as(plain) and seconds[True] < seconds[False]:
+        return replace(flash, flash=True)
+    return replace(plain, flash=False)
+
+
+def step_seconds(llama: Any, model: Any, threads: int, batch_size: int, sequences: int) -> dict[bool, float]:
+    """A one-token step's time under each attention after a FLASH_PREFIX-token prompt: TIMED_STEPS steps
+    a round, three rounds alternating between the two contexts, the best round's mean."""
+    contexts, batches = {}, {}
+    tokens = _tokens(llama, model, FLASH_PREFIX + TIMED_STEPS)
+    best = {False: float("inf"), True: float("inf")}
+    try:
+        for flash in best:
+            params = context_params(llama, 512, threads, batch_size, sequences, flash)
+            contexts[flash] = llama.llama_init_from_model(model, params)
+            if not contexts[flash]:
+                raise RuntimeError("llama.cpp cannot open a context")
+            batches[flash] = llama.llama_batch_init(batch_size, 0, 1)
+            _decode(llama, contexts[flash], batches[flash], tokens[:FLASH_PREFIX], 0, logits=False)
+        for _ in range(3):
+            for flash, ctx in contexts.items():
+                start = time.perf_counter()
+                for i in range(FLASH_PREFIX, FLASH_PREFIX + TIMED_STEPS):
+                    _decode(llama, ctx, batches[flash], tokens[i : i + 1], i, logits=True)
+                best[flash] = min(best[flash], (time.perf_counter() - start) / TIMED_STEPS)
+                llama.llama_memory_seq_rm(llama.llama_get_memory(ctx), 0, FLASH_PREFIX, -1)
+        return best
+    finally:
+        for batch in batches.values():
+            llama.llama_batch_free(batch)
+        for ctx in contexts.values():
+            if ctx:
+                llama.llama_free(ctx)
+
+
+def _tokens(llama: Any, model: Any, count: int) -> list[int]:
     vocab = int(llama.llama_vocab_n_tokens(llama.llama_model_get_vocab(model)))
-    ctx = llama.llama_init_from_model(model, context_params(llama, 256, threads, batch_size, sequences))
+    return [(7 * i + 3) % max(2, vocab - 1) + 1 for i in range(count)]
+
+
+def _decode(llama: Any, ctx: Any, batch: Any, tokens: list[int], start: int, logits: bool) -> None:
+    fill(batch, tokens, start, 0, 0, 0, logits)
+    if llama.llama_decode(ctx, batch) != 0:
+        raise RuntimeError("llama_decode failed")
+
+
+def measure_rows(
+    llama: Any, model: Any, threads: int, batch_size: int, sequences: int, flash: bool = False
+) -> RowRule:
+    """The cheapest rule under which every tested batch scores its rows as steps of one token do, and
+    whether batches of every size of PROMPTS do too, with flash attention on or off (on: after
+    FLASH_PREFIX tokens, where upstream's steps split their keys over the threads)."""
+    vocab = int(llama.llama_vocab_n_tokens(llama.llama_model_get_vocab(model)))
+    prefix = FLASH_PREFIX if flash else PREFIX
+    size = -(-(prefix + max(PROMPTS) + max(PADS)) // 256) * 256
+    params = context_params(llama, size, threads, batch_size, sequences, flash)
+    ctx = llama.llama_init_from_model(model, params)
     if not ctx:
         raise RuntimeError("llama.cpp cannot open a context")
     batch = llama.llama_batch_init(batch_size, 0, 1)
     memory = llama.llama_get_memory(ctx)
     scratch = sequences - 1
     top = max(TESTED)
-    tokens = [(7 * i + 3) % max(2, vocab - 1) + 1 for i in range(PREFIX + max(PROMPTS))]
+    tokens = _tokens(llama, model, prefix + max(PROMPTS))
 
     def run(part: list[int], start: int, pad: int, keep: bool = False) -> np.ndarray:
         fill(batch, part, start, 0, pad, scratch, True)
@@ -142,14 +228,14 @@ def measure(llama: Any, model: Any, threads: int, batch_size: int, sequences: in
         """`count` tokens after the prefix one at a time (padded to `least` rows), each kept before the
         next -> their logits [count, V]; the cells are removed afterwards."""
         out = [
-            run(tokens[PREFIX + i : PREFIX + i + 1], PREFIX + i, least - 1, keep=True)[0]
+            run(tokens[prefix + i : prefix + i + 1], prefix + i, least - 1, keep=True)[0]
             for i in range(count)
         ]
-        llama.llama_memory_seq_rm(memory, 0, PREFIX, -1)
+        llama.llama_memory_seq_rm(memory, 0, prefix, -1)
         return np.stack(out)
 
     try:
-        fill(batch, tokens[:PREFIX], 0, 0, 0, scratch, False)
+        fill(batch, tokens[:prefix], 0, 0, 0, scratch, False)
         if llama.llama_decode(ctx, batch) != 0:
             raise RuntimeError("llama_decode failed")
         best: RowRule | None = None
@@ -158,7 +244,7 @@ def measure(llama: Any, model: Any, threads: int, batch_size: int, sequences: in
             most = 1
             for n in TESTED:  # the largest size with every tested size up to it exact
                 if not np.array_equal(
-                    run(tokens[PREFIX : PREFIX + n], PREFIX, max(0, least - n)), reference[:n]
+                    run(tokens[prefix : prefix + n], prefix, max(0, least - n)), reference[:n]
                 ):
                     break
                 most = n
@@ -171,9 +257,9 @@ def measure(llama: Any, model: Any, threads: int, batch_size: int, sequences: in
         # prefill-sized batches: llamafile's sgemm (from 32 rows as documented) or a tiling may take them
         reference = steps(max(PROMPTS), best.least)
         prefill_exact = all(
-            np.array_equal(run(tokens[PREFIX : PREFIX + n], PREFIX, 0), reference[:n]) for n in PROMPTS
+            np.array_equal(run(tokens[prefix : prefix + n], prefix, 0), reference[:n]) for n in PROMPTS
         )
-        return RowRule(best.least, best.most, prefill_exact)
+        return RowRule(best.least, best.most, prefill_exact, flash)
     finally:
         llama.llama_batch_free(batch)
         llama.llama_free(ctx)
