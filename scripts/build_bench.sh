@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Which llama-cpp-python build for the llama.cpp engine (docs/performance.md, "Which llama.cpp build"):
-# the documented build (scripts/install_llama.sh: llamafile's sgemm from 32 rows, no REPACK), upstream's
-# source without sgemm (the CMAKE_ARGS route: no sgemm, no REPACK) and llama.cpp's default kernels
+# the documented build (scripts/install_llama.sh: llamafile's sgemm for every row count, no REPACK),
+# upstream's source without sgemm (the CMAKE_ARGS route: no sgemm, no REPACK) and llama.cpp's default kernels
 # (sgemm from 2 rows, REPACK built in), each exact under the row rule specli measures per file
 # (specli/models/llama_cpp/rows.py). For SmolLM2-135M and Gemma 3 270M at 1 and 2 threads: one `specli
 # bench` run of plain and lookup beside llama-server plain and n-gram drafting (scripts/llama_cpp.sh

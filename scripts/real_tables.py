@@ -406,8 +406,8 @@ def specbench_table(folder: Path) -> str:
 
 
 BUILDS = {
-    "documented": "documented (sgemm from 32 rows, no REPACK, flash attention where faster)",
-    "noflash": "the same before flash attention (stop 52's documented build)",
+    "documented": "documented (sgemm for every row count, no REPACK, flash attention where faster)",
+    "noflash": "stop 52's documented build (sgemm from 32 rows, no flash attention)",
     "nosgemm": "upstream without sgemm (CMAKE_ARGS)",
     "sgemm": "llama.cpp's default kernels",
 }

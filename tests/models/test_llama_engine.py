@@ -167,9 +167,9 @@ def test_a_rewind_leaves_what_a_fresh_cache_computes(pair):
 
 def test_a_prompt_sharing_the_last_ones_prefix_reuses_its_positions(pair, reference):
     """The next generation's prefill keeps the positions whose tokens the previous generation held (as
-    llama-server's prompt cache does) where prefills of every size round alike (the rule's `shared`; on
-    the documented build prefill-sized batches round apart and nothing is reused), and the output is
-    still the one-token reference's."""
+    llama-server's prompt cache does) where prefills of every size round alike (the rule's `shared`, as
+    on the documented build; where prefill-sized batches round apart nothing is reused), and the output
+    is still the one-token reference's."""
     ids = pair.prompt_ids(PROMPTS[1], chat=False)
     pair.generate(prompt_ids=ids, max_new_tokens=8, strategy="none")
     longer = ids + pair.prompt_ids(" jumps", chat=False)
@@ -214,7 +214,9 @@ def test_a_tree_forward_gives_each_node_its_own_paths_logits(pair):
         chain = lm.new_cache()
         lm.forward(torch.tensor(prefix[:-1]), chain, last_only=True)
         expected = lm.forward(torch.tensor(path), chain)[-1]
-        assert torch.allclose(logits[node], expected, atol=1e-4), node
+        # a node's own cell sits past its masked siblings', so sgemm's lanes sum attention's cells in
+        # another order than the chain's: equal up to rounding (measured 1.8e-4; a wrong mask: > 0.1)
+        assert torch.allclose(logits[node], expected, atol=1e-3), node
     # keep the path root -> 2 -> 4: the cache then continues as a chain over those tokens
     cache = lm.new_cache()
     lm.forward(torch.tensor(prefix[:-1]), cache, last_only=True)

@@ -64,27 +64,24 @@ def _measure(path: Path, tiled: str, flash: bool = False, threads: int = 1) -> R
 
 
 @pytest.mark.parametrize("name", ["tiny-target", "kquant"])
-def test_the_documented_build_scores_verifies_as_steps(ggufs, kquant, name):
-    """Built as the README says, every tested verify-sized batch scores its rows as one-token steps: no
-    throwaway rows, no splits. llamafile's sgemm takes batches of 32 rows or more there, so the probe
-    finds prefill-sized batches rounding unlike steps (prompts then run their last token as a step and
-    reuse nothing). SPECLI_LLAMA_BUILD=upstream (the CMAKE_ARGS route, no sgemm at all) expects every
-    size exact."""
+def test_the_documented_build_scores_every_batch_as_steps(ggufs, kquant, name):
+    """Built as the README says (one matmul kernel for every row count), every tested batch, verify- and
+    prefill-sized, scores its rows as one-token steps: no throwaway rows, no splits, prompts reusable.
+    So does the CMAKE_ARGS route (SPECLI_LLAMA_BUILD=upstream: no sgemm at all)."""
     rule = _measure(kquant if name == "kquant" else ggufs[name], "0")
-    upstream = os.environ.get("SPECLI_LLAMA_BUILD") == "upstream"
-    assert rule == RowRule(prefill_exact=upstream), rule
+    assert rule == RowRule(), rule
 
 
 def test_flash_attention_scores_verifies_as_steps_past_256_cells_on_two_threads(ggufs):
     """Measured after 260 tokens (a KV view of 512 cells) on 2 threads: on the documented build a lone
-    query's keys are not split over the threads, so every verify-sized batch scores as steps; 64-row
-    prefills take flash attention's tiled path. Upstream's source splits them: a step rounds unlike a
-    batch row, and only single tokens padded to 2 rows (a batch's path) are exact."""
+    query's keys are not split over the threads and long batches are not tiled, so every batch scores
+    as steps. Upstream's source splits them (a step rounds unlike a batch row: only single tokens padded
+    to 2 rows, a batch's path, are exact) and tiles 64-row prefills."""
     rule = _measure(ggufs["tiny-target"], "0", flash=True, threads=2)
     if os.environ.get("SPECLI_LLAMA_BUILD") == "upstream":
         assert rule == RowRule(least=2, prefill_exact=False, flash=True), rule
     else:
-        assert rule == RowRule(prefill_exact=False, flash=True), rule
+        assert rule == RowRule(flash=True), rule
 
 
 def test_flash_attention_is_chosen_only_where_as_cheap_and_faster():
@@ -181,7 +178,7 @@ def test_under_a_forced_rule_a_new_prompt_reuses_nothing(forced_pair):
     assert lm.reused == 0
 
 
-LONG_PROMPT = [(11 * i + 5) % 90 + 3 for i in range(48)]  # past the 32 rows of the documented build's sgemm
+LONG_PROMPT = [(11 * i + 5) % 90 + 3 for i in range(48)]  # prefill-sized (past 32 rows)
 
 
 def test_a_prefill_scores_its_last_token_as_a_step_would(ggufs):
@@ -247,7 +244,7 @@ def test_with_flash_attention_past_512_cells_verifies_score_as_steps_on_two_thre
     pair = specli.load(target=str(ggufs["tiny-target"]), strategy=["lookup", "none"], engine="llama.cpp",
                        threads=2)  # fmt: skip
     lm = pair.target
-    lm.rule = RowRule(prefill_exact=False, flash=True)
+    lm.rule = RowRule(flash=True)
     reference = Reference(ggufs["tiny-target"], threads=2, flash=True)
     prompt = [(13 * i + 7) % 90 + 3 for i in range(300)]
     cache = lm.new_cache()

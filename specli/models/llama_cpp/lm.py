@@ -13,9 +13,9 @@ tokens that see it, so llama.cpp's per-sequence mask is exactly the tree's ances
 the chain's sequence to the accepted path's cells (their positions are chain, chain + 1, ...: prefix
 length + depth) and removes every tree sequence; a rewind of tree cells removes them all.
 
-Exactness. Built as scripts/install_llama.sh builds it (llamafile's sgemm only for batches of 32 rows or
-more, no REPACK kernels, flash attention's steps without a key split; or upstream's source without
-llamafile, library.CMAKE_ARGS), without ggml's tiled K-quant matmul (library.TILED_MM) and REPACK's
+Exactness. Built as scripts/install_llama.sh builds it (llamafile's sgemm for every row count, no REPACK
+kernels, flash attention without its key split and query tiles; or upstream's source without llamafile,
+library.CMAKE_ARGS), without ggml's tiled K-quant matmul (library.TILED_MM) and REPACK's
 buffers (`use_extra_bufts`), with flash attention where the probe finds it exact and faster, with
 a full-size sliding-window cache (`swa_full`) and the same threads for batches as for single tokens, a
 batch of up to 17 tokens scores each position bit for bit as one-token steps do

@@ -2,8 +2,8 @@
 (docs/design.md §15). Imports only the bindings and numpy: the probe's child process runs `measure`.
 
 llama.cpp picks its matrix kernels by the number of rows in a forward: llamafile's sgemm takes 2 rows or
-more upstream (32 or more as scripts/install_llama.sh builds it; one token goes through ggml's own dot
-products), and a kernel may change its tiling past some row count. A `RowRule` is what keeps the engine
+more upstream (one token goes through ggml's own dot products; scripts/install_llama.sh gives sgemm every
+row count), and a kernel may change its tiling past some row count. A `RowRule` is what keeps the engine
 exact anyway: every forward that returns logits has at least `least` rows (a lone token is decoded
 beside throwaway tokens in a sequence of their own) and at most `most` (longer runs are split); where a
 prefill-sized batch rounds unlike steps (`prefill_exact` False), a prompt's last token runs as a step of
@@ -14,10 +14,10 @@ compared bit for bit.
 
 Flash attention is a second way to run the same file. Its batch rows each run whole on one thread, as a
 step does, except where upstream splits a lone query's keys over the threads (512 KV cells on: 257 live
-ones; scripts/install_llama.sh removes that split). So `measure` finds a rule for each attention, the
-flash one past 256 live cells, times one-token steps under both, and `choose` takes flash attention only
-where its rule is as cheap and its steps are faster (Gemma 3 270M: 8 % a token at 1 thread; SmolLM2:
-slower).
+ones) and tiles batches of 64 queries or more (scripts/install_llama.sh removes both). So `measure`
+finds a rule for each attention, the flash one past 256 live cells, times one-token steps under both,
+and `choose` takes flash attention only where its rule is as cheap and its steps are faster (Gemma 3
+270M: 3-8 % a token; SmolLM2: slower).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ TESTED = (2, 3, 4, 5, 8, 9, 16, 17)  # batch sizes compared with one-token steps
 PADS = (1, 2)  # the `least` rows tried, in order of cost
 USEFUL_ROWS = 5  # a rule is taken once batches of this many rows are exact under it (a draft of 4)
 MEASURE_VERSION = 3  # what `measure` checks (2: prefill-sized batches, 3: flash attention): the probe's key
-PROMPTS = (33, 47, 64)  # prefill-sized batches (past the 32 rows from which the documented build's sgemm
-# takes over; a tiling rounds by the batch's size, so several)
+PROMPTS = (33, 47, 64)  # prefill-sized batches (past 32 rows, where an earlier documented build's sgemm took
+# over; a tiling rounds by the batch's size, so several)
 FLASH_PREFIX = 260  # flash attention's rule is measured past 256 live cells (a KV view of 512 cells)
 TIMED_STEPS = 8  # one-token steps timed per attention and round (3 rounds, interleaved; the best counts)
 
@@ -254,7 +254,7 @@ def measure_rows(
             if most >= USEFUL_ROWS:
                 break
         assert best is not None
-        # prefill-sized batches: llamafile's sgemm (from 32 rows as documented) or a tiling may take them
+        # prefill-sized batches: a build's sgemm threshold or a tiling may take them
         reference = steps(max(PROMPTS), best.least)
         prefill_exact = all(
             np.array_equal(run(tokens[prefix : prefix + n], prefix, 0), reference[:n]) for n in PROMPTS
