@@ -84,6 +84,21 @@ def test_flash_attention_scores_verifies_as_steps_past_256_cells_on_two_threads(
         assert rule == RowRule(flash=True), rule
 
 
+def test_a_file_that_cannot_run_flash_attention_keeps_the_plain_rule(monkeypatch):
+    """Where llama.cpp cannot open or decode a flash-attention context for the file, the probe still
+    answers with the plain rule (the file loads as before) instead of failing."""
+    from specli.models.llama_cpp import rows
+
+    def measure_rows(llama, model, threads, batch, sequences, flash=False):
+        if flash:
+            raise RuntimeError("llama.cpp cannot open a context")
+        return RowRule(least=2, most=9)
+
+    monkeypatch.setattr(rows, "measure_rows", measure_rows)
+    monkeypatch.setattr(rows, "step_seconds", None)  # nothing to time
+    assert rows.measure(None, None, 1, 512, 69) == RowRule(least=2, most=9)
+
+
 def test_flash_attention_is_chosen_only_where_as_cheap_and_faster():
     """`choose`: the plain rule unless flash attention's costs no more (rows and prefills) and its
     steps are faster."""
