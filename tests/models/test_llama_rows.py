@@ -99,6 +99,21 @@ def test_a_file_that_cannot_run_flash_attention_keeps_the_plain_rule(monkeypatch
     assert rows.measure(None, None, 1, 512, 69) == RowRule(least=2, most=9)
 
 
+def test_a_file_slow_to_measure_is_not_measured_again_with_flash_attention(monkeypatch):
+    """A big model on a slow CPU: past FLASH_BUDGET_S for the plain rule, the probe answers with it
+    (its child must finish within the probe's timeout)."""
+    from specli.models.llama_cpp import rows
+
+    def measure_rows(llama, model, threads, batch, sequences, flash=False):
+        assert not flash, "flash attention measured past the budget"
+        return RowRule(most=9)
+
+    clock = iter([0.0, rows.FLASH_BUDGET_S + 1])
+    monkeypatch.setattr(rows, "measure_rows", measure_rows)
+    monkeypatch.setattr(rows.time, "perf_counter", lambda: next(clock))
+    assert rows.measure(None, None, 1, 512, 69) == RowRule(most=9)
+
+
 def test_flash_attention_is_chosen_only_where_as_cheap_and_faster():
     """`choose`: the plain rule unless flash attention's costs no more (rows and prefills) and its
     steps are faster."""

@@ -37,6 +37,8 @@ PROMPTS = (33, 47, 64)  # prefill-sized batches (past 32 rows, where an earlier 
 # over; a tiling rounds by the batch's size, so several)
 FLASH_PREFIX = 260  # flash attention's rule is measured past 256 live cells (a KV view of 512 cells)
 TIMED_STEPS = 8  # one-token steps timed per attention and round (3 rounds, interleaved; the best counts)
+FLASH_BUDGET_S = 60.0  # a file whose plain rule took longer to measure is not measured again with flash
+# attention (a big model on a slow CPU: the probe's child must finish within probe.TIMEOUT_S)
 
 
 @dataclass(frozen=True)
@@ -138,7 +140,10 @@ def pad_rows(batch: Any, first: int, pad: int, pad_seq: int, token: int) -> None
 def measure(llama: Any, model: Any, threads: int, batch_size: int, sequences: int) -> RowRule:
     """The file's rule: the cheapest rule for each attention (`measure_rows`), then `choose` on their
     one-token steps' times (`step_seconds`)."""
+    start = time.perf_counter()
     plain = measure_rows(llama, model, threads, batch_size, sequences, flash=False)
+    if time.perf_counter() - start > FLASH_BUDGET_S:
+        return plain
     try:
         flash = measure_rows(llama, model, threads, batch_size, sequences, flash=True)
     except RuntimeError:  # llama.cpp runs no flash attention for this file (its context or decode fails)
