@@ -11,6 +11,7 @@ engine does under a row rule with least = pad (specli/models/llama_cpp/rows.py; 
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -83,15 +84,24 @@ class Reference:
         pointer = self.L.llama_get_logits_ith(ctx, -1)
         return np.ctypeslib.as_array(pointer, shape=(self.vocab,)).copy()
 
+    @contextmanager
+    def _after(self, prompt: list[int], more: int):
+        """A context holding `prompt` as generation prefills it (the prompt but its last token as one
+        batch, then that token alone), room for `more` tokens -> (ctx, batch, the logits after it)."""
+        ctx = self._context(len(prompt) + more + 8)
+        batch = self.L.llama_batch_init(512, 0, 1)
+        try:
+            if len(prompt) > 1:
+                self._decode(ctx, batch, prompt[:-1], 0)
+            yield ctx, batch, self._decode(ctx, batch, prompt[-1:], len(prompt) - 1)
+        finally:
+            self.L.llama_batch_free(batch)
+            self.L.llama_free(ctx)
+
     def greedy(self, prompt: list[int], n: int, eos: set[int] = frozenset()) -> tuple[list[int], list[float]]:
         """The first n greedy tokens after `prompt` (stopping after an EOS id), and each step's top-2
         logit gap."""
-        ctx = self._context(len(prompt) + n + 8)
-        batch = self.L.llama_batch_init(512, 0, 1)
-        try:
-            if len(prompt) > 1:  # as generation runs: the prompt but its last token as one batch
-                self._decode(ctx, batch, prompt[:-1], 0)
-            logits = self._decode(ctx, batch, prompt[-1:], len(prompt) - 1)
+        with self._after(prompt, n) as (ctx, batch, logits):
             out, gaps = [], []
             for step in range(n):
                 top2 = np.sort(logits)[-2:]
@@ -102,37 +112,19 @@ class Reference:
                     break
                 logits = self._decode(ctx, batch, [token], len(prompt) + step)
             return out, gaps
-        finally:
-            self.L.llama_batch_free(batch)
-            self.L.llama_free(ctx)
 
     def step_logits(self, prompt: list[int], tokens: list[int]) -> np.ndarray:
         """After `prompt` (as `greedy` decodes it), `tokens` one step each -> their logits [n, V] (row i:
         the distribution after tokens[i]), what a verify of `tokens` at that point must return."""
-        ctx = self._context(len(prompt) + len(tokens) + 8)
-        batch = self.L.llama_batch_init(512, 0, 1)
-        try:
-            if len(prompt) > 1:
-                self._decode(ctx, batch, prompt[:-1], 0)
-            self._decode(ctx, batch, prompt[-1:], len(prompt) - 1)
+        with self._after(prompt, len(tokens)) as (ctx, batch, _):
             start = len(prompt)
             return np.stack([self._decode(ctx, batch, [t], start + i) for i, t in enumerate(tokens)])
-        finally:
-            self.L.llama_batch_free(batch)
-            self.L.llama_free(ctx)
 
     def next_logits(self, prefix: list[int]) -> np.ndarray:
         """The logits [V] after `prefix`: the prefix but its last token in one batch, then that token
         alone (a one-token step, as generation scores it)."""
-        ctx = self._context(len(prefix) + 8)
-        batch = self.L.llama_batch_init(512, 0, 1)
-        try:
-            if len(prefix) > 1:
-                self._decode(ctx, batch, prefix[:-1], 0)
-            return self._decode(ctx, batch, prefix[-1:], len(prefix) - 1)
-        finally:
-            self.L.llama_batch_free(batch)
-            self.L.llama_free(ctx)
+        with self._after(prefix, 0) as (_, _, logits):
+            return logits
 
     def __del__(self) -> None:
         if getattr(self, "model", None):

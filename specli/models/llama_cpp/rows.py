@@ -243,9 +243,7 @@ def measure_rows(
         return np.stack(out)
 
     try:
-        fill(batch, tokens[:prefix], 0, 0, 0, scratch, False)
-        if llama.llama_decode(ctx, batch) != 0:
-            raise RuntimeError("llama_decode failed")
+        _decode(llama, ctx, batch, tokens[:prefix], 0, logits=False)
         best: RowRule | None = None
         for least in PADS:
             reference = steps(top, least)
