@@ -3,8 +3,8 @@
 # kernels under which every forward that returns logits scores its rows exactly as one-token steps do,
 # and every forward runs llamafile's batch kernels (docs/design.md §15, "Which build").
 #
-# Three lines of ggml-cpu change (the script fails in two lines if one is gone), so that a forward scores
-# each of its rows exactly as a one-token step does whatever its size, with the fast kernels:
+# Five lines of ggml-cpu change (the script fails in two lines if one is gone), so that a forward of up to
+# 17 tokens scores each of its rows exactly as a one-token step does, with the fast kernels:
 #
 # - llamafile's sgemm for every row count (llamafile/sgemm.cpp). Upstream takes it from 2 rows and leaves
 #   a lone token to ggml's dot products, which round differently (F16 attention products, Q5_0 ...):
@@ -17,10 +17,17 @@
 #   (ops.cpp): upstream splits a lone query's keys over the threads once 512 KV cells are live and tiles
 #   64 queries or more, both rounding unlike a step. Here every query row runs whole on one thread, so
 #   flash attention is exact and the engine turns it on where the probe finds it faster (Gemma 3 270M).
+# - ggml's tiled K-quant matmul (tiled/tiled.cpp) for prompts only: upstream takes it from 8 rows, which
+#   rounds a verify's rows unlike a step's (Q4_K, Q6_K ...); here from 32 rows, above any verify (17),
+#   so a K-quant file's prompt prefills ~20 % faster (Gemma 3 270M Q4_K_M) while its verifies stay exact.
+#   Prompt rows then round unlike steps, but alike among themselves whatever the batch: a prompt's last
+#   token runs as a step and a new prompt reuses only cells an earlier prompt wrote (lm.py, `_prime`). Its
+#   switch is read as GGML_CPU_TILED_PREFILL (upstream's GGML_CPU_TILED_MM, which specli sets to 0 so an
+#   upstream build keeps verifies exact, leaves this build's alone): GGML_CPU_TILED_PREFILL=0 turns it
+#   off, GGML_CPU_TILED_ROWS=n moves its threshold (the tests take upstream's 8 with it).
 #
 # Built with llamafile on, REPACK off (specli loads without its buffers anyway), AMX off (some VMs list it
-# but trap its instructions: a plain build dies at the first quantized matmul); ggml's tiled K-quant path
-# stays off at run time (library.TILED_MM).
+# but trap its instructions: a plain build dies at the first quantized matmul).
 #
 #   bash scripts/install_llama.sh        # ~10 min on 2 cores the first time; then installs the kept wheel
 #
@@ -31,7 +38,7 @@
 set -euo pipefail
 VERSION=0.3.36
 PY=${PYTHON:-python}
-BUILD=3  # bump when a patch changes: the kept wheel's folder is named by it
+BUILD=4  # bump when a patch changes: the kept wheel's folder is named by it
 WHEELS=${SPECLI_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/specli/wheels}/llama-cpp-python-$VERSION-specli$BUILD
 NOAMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 
@@ -60,6 +67,11 @@ if [ -z "$wheel" ]; then
     's|q->type == GGML_TYPE_F32 \&\& nek1 >= 512;$|q->type == GGML_TYPE_F32 \&\& nek1 >= 512 \&\& false;  // specli|'
   # flash attention: no query tiles for long batches, each row as a step's
   patch ops.cpp 'neq1 >= Q_TILE_SZ);' 's|neq1 >= Q_TILE_SZ);$|neq1 >= Q_TILE_SZ \&\& false);  // specli|'
+  # the tiled K-quant matmul for prefill-sized batches only, under a switch of its own
+  patch tiled/tiled.cpp '    return rows >= 8 || ggml_tiled_matmul_forced();' \
+    's|^    return rows >= 8 [|][|] ggml_tiled_matmul_forced();$|    static const int least = [] { const char * e = getenv("GGML_CPU_TILED_ROWS"); return e ? atoi(e) : 32; }(); return rows >= least \|\| ggml_tiled_matmul_forced();  // specli|'
+  patch tiled/tiled.cpp 'const char * env = getenv("GGML_CPU_TILED_MM");' \
+    's|getenv("GGML_CPU_TILED_MM");$|getenv("GGML_CPU_TILED_PREFILL");  // specli|'
   echo "building llama-cpp-python $VERSION (one matmul kernel for every row count; ~10 min on 2 cores)…"
   mkdir -p "$WHEELS"
   CMAKE_ARGS="-DGGML_NATIVE=ON -DGGML_LLAMAFILE=ON -DGGML_CPU_REPACK=OFF -DCMAKE_C_FLAGS='$NOAMX' -DCMAKE_CXX_FLAGS='$NOAMX'" \

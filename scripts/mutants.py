@@ -281,8 +281,8 @@ MUTANTS = [
     dict(
         id="llama-probe-skips-prefill-sizes", area="models/llama_cpp", lossy=True,
         why="the probe never tries prefill-sized batches: a tiled build's prefills pass as exact",
-        old="np.array_equal(run(tokens[prefix : prefix + n], prefix, 0), reference[:n]) for n in PROMPTS",
-        new="True for n in PROMPTS",
+        old="prefill_exact = all(np.array_equal(rows, reference[:n]) for n, rows in prompts.items())",
+        new="prefill_exact = True",
         tests=["test_llama_rows.py -k 'probe or documented'"],
     ),
     dict(
@@ -303,9 +303,39 @@ MUTANTS = [
     dict(
         id="llama-flash-rule-costlier", area="models/llama_cpp", lossy=False,
         why="flash attention's rule counts as cheap though its prefills round apart where plain ones don't",
-        old="return rows and self.prefill_exact >= other.prefill_exact",
+        old="return rows and self._reuse >= other._reuse",
         new="return rows",
         tests=["test_llama_rows.py -k chosen"],
+    ),
+    dict(
+        id="llama-reuse-tail-unpadded", area="models/llama_cpp", lossy=True,
+        why="after reused prompt cells the rest of a prompt runs as a short batch, which the tiled K-quant "
+        "path skips: its rows round unlike a fresh prefill's",
+        old="out = self._run(cache, tokens, BATCH, last_only=True, least=rows if start else None)",
+        new="out = self._run(cache, tokens, BATCH, last_only=True)",
+        tests=["test_llama_rows.py -k reuses"],
+    ),
+    dict(
+        id="llama-reuse-any-prompt", area="models/llama_cpp", lossy=True,
+        why="prompt cells reused where a fresh prefill of the new prompt runs a short (untiled) batch",
+        old="return n >= rows and (n % BATCH == 0 or n % BATCH >= rows)",
+        new="return True",
+        tests=["test_llama_rows.py -k reuses"],
+    ),
+    dict(
+        id="llama-prompt-cells-short-batch", area="models/llama_cpp", lossy=True,
+        why="cells a short (untiled) prompt batch wrote counted as reusable by a later, tiled prompt",
+        old="self._prompt_cells = cache.chain if canonical else whole",
+        new="self._prompt_cells = cache.chain",
+        tests=["test_llama_rows.py -k reuses"],
+    ),
+    dict(
+        id="llama-probe-pads-without-logits", area="models/llama_cpp", lossy=False,
+        why="the probe's padded short chunk runs the LM head over fewer rows than the batch it is compared "
+        "with: prompts that do round alike are found not to, and nothing is reused",
+        old="prefix, least - SHORT_CHUNK, pad_logits=True)",
+        new="prefix, least - SHORT_CHUNK, pad_logits=False)",
+        tests=["test_llama_rows.py -k 'documented or probe'"],
     ),
     dict(
         id="heads-vocab-zero-outside", area="drafters/heads", lossy=False,

@@ -1,8 +1,9 @@
 """The llama.cpp engine's row rule (specli/models/llama_cpp/rows.py): measured per file by the probe,
-trivial on the documented build, found when a build's batch kernels round unlike its one-token ones
-(ggml's tiled K-quant path, switched on in a child process), and, once found, what keeps that build
-exact. Under a forced rule (throwaway rows, split batches, no prompt reuse) every strategy still gives
-llama.cpp's own one-token decoding, padded as the rule pads.
+trivial on the documented build but for K-quant prompts (tiled from 32 rows, alike among themselves),
+found when a build's batch kernels round unlike its one-token ones (ggml's tiled K-quant path from 8
+rows, as upstream takes it, in a child process), and, once found, what keeps that build exact. Under
+a forced rule (throwaway rows, split batches, no prompt reuse) every strategy still gives llama.cpp's
+own one-token decoding, padded as the rule pads.
 
 These need llama-cpp-python: they skip without it, and fail instead when SPECLI_REQUIRE_LLAMA=1 (CI).
 """
@@ -41,9 +42,16 @@ def kquant(ggufs, tmp_path_factory) -> Path:
     return path
 
 
-def _measure(path: Path, tiled: str, flash: bool = False, threads: int = 1) -> RowRule:
+UPSTREAM = os.environ.get("SPECLI_LLAMA_BUILD") == "upstream"  # the CMAKE_ARGS route, not install_llama.sh
+# ggml's tiled K-quant matmul as upstream takes it (from 8 rows), on either build: upstream's switch, and
+# the documented build's own switch and threshold
+TILED_FROM_8 = {"GGML_CPU_TILED_MM": "1", "GGML_CPU_TILED_PREFILL": "1", "GGML_CPU_TILED_ROWS": "8"}
+NOT_TILED = {"GGML_CPU_TILED_MM": "0", "GGML_CPU_TILED_PREFILL": "0"}
+
+
+def _measure(path: Path, tiled: str | dict[str, str], flash: bool = False, threads: int = 1) -> RowRule:
     """The probe's rule for one attention (`measure_rows`) in a child process with ggml's tiled K-quant
-    matmul on or off (ggml reads the switch once per process)."""
+    matmul on or off (upstream's switch `tiled`, or these variables; ggml reads them once per process)."""
     code = textwrap.dedent(
         """
         import json, sys
@@ -56,7 +64,8 @@ def _measure(path: Path, tiled: str, flash: bool = False, threads: int = 1) -> R
         print(json.dumps(rule.to_json()))
         """
     )
-    env = {**os.environ, "GGML_CPU_TILED_MM": tiled}
+    switches = tiled if isinstance(tiled, dict) else {"GGML_CPU_TILED_MM": tiled}
+    env = {**os.environ, **switches}
     args = [sys.executable, "-c", code, str(path), str(int(flash)), str(threads)]
     done = subprocess.run(args, capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -66,10 +75,23 @@ def _measure(path: Path, tiled: str, flash: bool = False, threads: int = 1) -> R
 @pytest.mark.parametrize("name", ["tiny-target", "kquant"])
 def test_the_documented_build_scores_every_batch_as_steps(ggufs, kquant, name):
     """Built as the README says (one matmul kernel for every row count), every tested batch, verify- and
-    prefill-sized, scores its rows as one-token steps: no throwaway rows, no splits, prompts reusable.
-    So does the CMAKE_ARGS route (SPECLI_LLAMA_BUILD=upstream: no sgemm at all)."""
-    rule = _measure(kquant if name == "kquant" else ggufs[name], "0")
+    prefill-sized, scores its rows as one-token steps: no throwaway rows, no splits, prompts reusable;
+    with the tiled K-quant path off. So does the CMAKE_ARGS route (SPECLI_LLAMA_BUILD=upstream: no
+    sgemm at all)."""
+    rule = _measure(kquant if name == "kquant" else ggufs[name], NOT_TILED)
     assert rule == RowRule(), rule
+
+
+def test_the_documented_build_tiles_k_quant_prompts_alike_and_verifies_as_steps(kquant):
+    """As installed (the tiled K-quant path on from 32 rows): every verify-sized batch of a K-quant file
+    still scores as steps, prefill-sized ones round apart from steps but alike among themselves and with
+    a short chunk padded to 33 rows (prefill_rows), so prompts are reused. Upstream's route keeps the
+    tiled path off (specli's GGML_CPU_TILED_MM=0): every batch as steps."""
+    rule = _measure(kquant, {})
+    if UPSTREAM:
+        assert rule == RowRule(), rule
+    else:
+        assert rule == RowRule(prefill_exact=False, prefill_rows=33), rule
 
 
 def test_flash_attention_scores_verifies_as_steps_past_256_cells_on_two_threads(ggufs):
@@ -78,7 +100,7 @@ def test_flash_attention_scores_verifies_as_steps_past_256_cells_on_two_threads(
     as steps. Upstream's source splits them (a step rounds unlike a batch row: only single tokens padded
     to 2 rows, a batch's path, are exact) and tiles 64-row prefills."""
     rule = _measure(ggufs["tiny-target"], "0", flash=True, threads=2)
-    if os.environ.get("SPECLI_LLAMA_BUILD") == "upstream":
+    if UPSTREAM:
         assert rule == RowRule(least=2, prefill_exact=False, flash=True), rule
     else:
         assert rule == RowRule(flash=True), rule
@@ -128,11 +150,11 @@ def test_flash_attention_is_chosen_only_where_as_cheap_and_faster():
 
 
 def test_the_probe_finds_a_build_whose_batches_round_differently(kquant):
-    """ggml's tiled K-quant matmul takes products of 8 rows or more: the probe finds batches exact up to
-    5 rows (the largest tested size under 8), prefill-sized ones not, so sizes no longer share one
-    rounding."""
-    rule = _measure(kquant, "1")
-    assert rule == RowRule(least=1, most=5, prefill_exact=False) and not rule.shared, rule
+    """ggml's tiled K-quant matmul taking products of 8 rows or more (upstream's threshold): the probe
+    finds batches exact up to 5 rows (the largest tested size under 8), prefill-sized ones not (but
+    alike among themselves), so sizes no longer share one rounding."""
+    rule = _measure(kquant, TILED_FROM_8)
+    assert rule == RowRule(least=1, most=5, prefill_exact=False, prefill_rows=33) and not rule.shared, rule
 
 
 def test_the_rule_makes_a_build_with_tiled_batches_exact_again(kquant):
@@ -157,7 +179,7 @@ def test_the_rule_makes_a_build_with_tiled_batches_exact_again(kquant):
         """
     )
     rule = json.dumps(RowRule(least=1, most=5).to_json())
-    env = {**os.environ, "GGML_CPU_TILED_MM": "1"}
+    env = {**os.environ, **TILED_FROM_8}
     done = subprocess.run(
         [sys.executable, "-c", code, str(kquant), rule], capture_output=True, text=True, env=env
     )
@@ -237,6 +259,34 @@ def test_where_prefills_round_apart_a_new_prompt_reuses_nothing(ggufs):
             pair.generate(prompt_ids=ids, max_new_tokens=4, chat=False, ignore_eos=True, strategy="none")
         reused[exact] = pair.target.reused
     assert reused[False] == 0 and reused[True] >= len(LONG_PROMPT), reused
+
+
+def test_where_prompts_round_alike_a_new_prompt_reuses_the_earlier_prompts_cells(kquant):
+    """A K-quant file on the documented build (prompts tiled, `prefill_rows`), prefilled as the loop does
+    (the prompt but its last token, then that token as the first round's step): a prompt extending an
+    earlier one reuses the cells the earlier prefill wrote (not the generated ones), runs the rest's 9
+    tokens padded to 33 rows, and its first logits are bitwise the one-token reference's, which
+    prefills the prompt afresh; a prompt a fresh prefill runs as one short batch (20 tokens, not tiled)
+    reuses nothing and is the reference's too, as does a longer one after it, whose fresh prefill tiles
+    the rows that short batch wrote."""
+    if UPSTREAM:
+        pytest.skip("upstream's route runs no tiled prompts: every batch scores as steps (shared)")
+    pair = specli.load(target=str(kquant), strategy="none", engine="llama.cpp", threads=1)
+    lm = pair.target
+    assert lm.rule == RowRule(prefill_exact=False, prefill_rows=33), lm.rule
+    reference = Reference(kquant, threads=1, flash=lm.rule.flash)
+    pair.generate(prompt_ids=LONG_PROMPT, max_new_tokens=4, chat=False, ignore_eos=True)
+    # extending it; a short one (one untiled batch); a long one sharing only the short one's cells
+    for prompt, reused in (
+        (LONG_PROMPT + [(5 * i + 7) % 90 + 3 for i in range(8)], len(LONG_PROMPT) - 1),
+        (LONG_PROMPT[:21], 0),
+        (LONG_PROMPT[:41], 0),
+    ):
+        cache = lm.new_cache()
+        lm.forward(torch.tensor(prompt[:-1]), cache, last_only=True)
+        assert lm.reused == reused, (len(prompt), lm.reused)
+        got = lm.forward(torch.tensor(prompt[-1:]), cache)[0].numpy()
+        assert np.array_equal(got, reference.next_logits(prompt)), len(prompt)
 
 
 def test_the_probe_keeps_the_rule_per_file_and_threads(ggufs, tmp_path, monkeypatch):

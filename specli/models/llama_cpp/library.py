@@ -59,10 +59,12 @@ def library() -> Library:
     """The bindings, imported and initialised once per process; UsageError when they are missing."""
     if not available():
         raise missing_error()
-    # ggml's tiled K-quant matmul takes batches of 8 rows or more (Q4_K, Q6_K, ...) and rounds them
-    # differently from the one-row path single tokens take (logits off by up to 1.6 on Gemma 3 Q4_K_M):
-    # off, unless the user chose it (GGML_CPU_TILED_MM=1: faster K-quant batches, not exact). ggml reads
-    # it once, at its first matrix product; child processes (the probe) inherit it.
+    # upstream's tiled K-quant matmul takes batches of 8 rows or more (Q4_K, Q6_K, ...) and rounds them
+    # differently from the one-row path single tokens take (logits off by up to 1.6 on Gemma 3 Q4_K_M), so
+    # the probe would split verifies at 7 rows: off, unless the user chose it (GGML_CPU_TILED_MM=1). The
+    # documented build reads GGML_CPU_TILED_PREFILL instead and tiles batches of 32 rows or more only
+    # (prompts, never a verify; scripts/install_llama.sh). ggml reads it once, at its first matrix
+    # product; child processes (the probe) inherit it.
     os.environ.setdefault(TILED_MM, "0")
     try:
         import llama_cpp as llama

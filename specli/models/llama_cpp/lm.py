@@ -14,17 +14,20 @@ the chain's sequence to the accepted path's cells (their positions are chain, ch
 length + depth) and removes every tree sequence; a rewind of tree cells removes them all.
 
 Exactness. Built as scripts/install_llama.sh builds it (llamafile's sgemm for every row count, no REPACK
-kernels, flash attention without its key split and query tiles; or upstream's source without llamafile,
-library.CMAKE_ARGS), without ggml's tiled K-quant matmul (library.TILED_MM) and REPACK's
+kernels, flash attention without its key split and query tiles, ggml's tiled K-quant matmul for batches
+of 32 rows or more only; or upstream's source without llamafile, library.CMAKE_ARGS, whose tiled matmul
+stays off: library.TILED_MM), without REPACK's
 buffers (`use_extra_bufts`), with flash attention where the probe finds it exact and faster, with
 a full-size sliding-window cache (`swa_full`) and the same threads for batches as for single tokens, a
 batch of up to 17 tokens scores each position bit for bit as one-token steps do
 (tests/models/test_llama_engine.py; docs/design.md §15). What a build does is measured, not assumed:
 the probe finds the file's `RowRule` (rows.py), and every forward that returns logits follows it (at
 least `least` rows, throwaway tokens in sequence PAD_SEQ making up the rest; at most `most`, longer runs
-split; where a prefill-sized batch rounds apart, a prompt's last token runs as a step of its own and no
-prompt reuses an earlier one's cells), so a build whose batch kernels differ from its one-token ones
-(upstream llamafile's, the default) stays exact at the rule's cost.
+split; where a prefill-sized batch rounds apart, a prompt's last token runs as a step of its own, and a
+new prompt reuses only cells an earlier prompt's prefill-sized batches wrote, where prefill-sized
+batches round alike among themselves (`prefill_rows`: the documented build's tiled K-quant prompts)),
+so a build whose batch kernels differ from its one-token ones (upstream llamafile's, the default) stays
+exact at the rule's cost.
 """
 
 from __future__ import annotations
@@ -176,6 +179,7 @@ class LlamaLM:
         self._generation = 0
         self._verify: dict[int, float] | None = None
         self._held: list[int] = []  # the tokens at chain positions 0.. of the context's live cache
+        self._prompt_cells = 0  # how many of them prefill-sized batches wrote (reusable: rule.prefill_rows)
         self._live: LlamaCache | None = None
         self.reused = 0  # positions the latest generation's prefill found in the context already
 
@@ -210,7 +214,7 @@ class LlamaLM:
                 self.new_cache()
             if self._n_ctx - len(self._held) < 64 + max(VERIFY_LENGTHS) + 1:  # no room beside it
                 self.llama.llama_memory_clear(self._memory, True)
-                self._held = []
+                self._held, self._prompt_cells = [], 0
             # a sequence of its own: the live cache's cells (a prompt to reuse) stay as they are
             cache = LlamaCache(self._generation, seq=COSTS_SEQ, primed=True)
             prefix = torch.arange(64) % max(1, self.vocab_size - 1)
@@ -238,7 +242,7 @@ class LlamaLM:
         wanted = -(-max(self._wanted, MIN_CONTEXT) // CONTEXT_STEP) * CONTEXT_STEP
         if self._ctx is None or wanted > self._n_ctx or self._flash != self.rule.flash:
             self._open(wanted, threads)
-            self._held = []
+            self._held, self._prompt_cells = [], 0
         else:
             if threads != self._threads:
                 self.llama.llama_set_n_threads(self._ctx, threads, threads)
@@ -277,7 +281,7 @@ class LlamaLM:
 
     def forget(self) -> None:
         """The next generation reuses nothing of this one's cells (its first forward removes them)."""
-        self._held = []
+        self._held, self._prompt_cells = [], 0
 
     def cache_length(self, cache: LlamaCache) -> int:
         return cache.length
@@ -301,7 +305,7 @@ class LlamaLM:
             self.llama.llama_memory_seq_rm(self._memory, PAD_SEQ, -1, -1)
         if code != 0:
             self.llama.llama_memory_clear(self._memory, True)  # nothing half-written is reused later
-            self._held = []
+            self._held, self._prompt_cells = [], 0
             raise SpecliError(
                 f"llama.cpp could not evaluate {n} tokens of '{self.model.name}' (llama_decode returned "
                 f"{code}): {last_log() or 'no reason given'}",
@@ -354,14 +358,21 @@ class LlamaLM:
         rule = self.rule
         if last_only and rule.exact_everywhere and not features:  # the last row scores as any row: one batch
             return self._run(cache, tokens, BATCH, last_only=True)
+        if last_only and not rule.prefill_exact:  # prompts round apart from steps anyway
+            return self._prefill(cache, tokens, features)
         if last_only:  # the prompt but its last token as KV only, then that token as a step would be
-            self._run(cache, tokens[:-1], BATCH, last_only=True, logits=False)
+            self._run(cache, tokens[:-1], BATCH, logits=False)
             tokens = tokens[-1:]
         if not features:
             return self._run(cache, tokens, rule.most)
+        return self._with_features(cache, tokens, None)
+
+    def _with_features(
+        self, cache: LlamaCache, tokens: list[int], least: int | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         self.llama.llama_set_embeddings(self._ctx, True)  # every row of a decode is output (and embedded)
         try:
-            return self._run(cache, tokens, rule.most, features=True)
+            return self._run(cache, tokens, self.rule.most, features=True, least=least)
         finally:
             self.llama.llama_set_embeddings(self._ctx, False)
 
@@ -374,16 +385,17 @@ class LlamaLM:
         last_only: bool = False,
         logits: bool = True,
         features: bool = False,
+        least: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """tokens in chunks of `size` at the chain's end, each padded to the rule's least rows -> (logits
-        of every token [n, V], of the last [1, V] (last_only), or none (logits=False: an empty tensor);
-        with `features` (embeddings on, every row output; not with last_only) their hidden states [n, H],
-        copied, else None)."""
+        """tokens in chunks of `size` at the chain's end, each padded to `least` rows (default: the rule's)
+        -> (logits of every token [n, V], of the last [1, V] (last_only), or none (logits=False: an empty
+        tensor); with `features` (embeddings on, every row output; not with last_only) their hidden
+        states [n, H], copied, else None)."""
         n, parts, states = len(tokens), [], []
         for start in range(0, n, size):
             chunk = tokens[start : start + size]
             last_chunk = start + size >= n
-            pad = max(0, self.rule.least - len(chunk))
+            pad = max(0, (least or self.rule.least) - len(chunk))
             fill(self._batch, chunk, cache.chain, cache.seq, pad, PAD_SEQ, logits and not last_only)
             if logits and last_only and last_chunk:
                 self._batch.logits[len(chunk) - 1] = True
@@ -409,15 +421,46 @@ class LlamaLM:
         """A new cache's first forward: keep the previous chain's positions that hold the same tokens
         (a prefill only, and never its last token, whose logits are returned); the rest leaves."""
         cache.primed = True
-        shared = 0
+        shared = limit = 0
         if last_only and self.rule.shared:  # reused cells must round as a fresh prefill's would
             limit = min(len(self._held), len(tokens) - 1)
-            while shared < limit and self._held[shared] == tokens[shared]:
-                shared += 1
+        elif last_only and self.rule.prefill_rows and self._whole_chunks(len(tokens)):
+            # cells an earlier prompt's prefill-sized batches wrote, where a fresh prefill of this prompt
+            # runs prefill-sized batches only too (`_prefill` pads the rest's chunks)
+            limit = min(self._prompt_cells, len(tokens) - 1)
+        while shared < limit and self._held[shared] == tokens[shared]:
+            shared += 1
         self.llama.llama_memory_seq_rm(self._memory, cache.seq, shared, -1)
-        del self._held[shared:]
+        self._truncate(shared)
         cache.chain = self.reused = shared
         return tokens[shared:]
+
+    def _whole_chunks(self, n: int) -> bool:
+        """Whether a fresh prefill of n tokens (chunks of BATCH) runs only batches of prefill_rows or more."""
+        rows = self.rule.prefill_rows
+        return n >= rows and (n % BATCH == 0 or n % BATCH >= rows)
+
+    def _prefill(
+        self, cache: LlamaCache, tokens: list[int], features: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """A prompt under a rule whose prefill-sized batches round apart from steps: one batch, as the
+        one-token reference prefills (chunks of BATCH from position 0) -> its last row's (logits [1, V],
+        features [1, H] or None). The loop never reads these logits: its first round steps the prompt's
+        last token. After reused cells (`_prime`) each chunk is padded to rule.prefill_rows rows, and
+        so is a last token run apart for its features (embeddings output every row), so that each row
+        rounds as the reference's batch rounds it. Counts the cells such batches wrote."""
+        rows, start = self.rule.prefill_rows, cache.chain
+        canonical = rows > 0 and (start > 0 or self._whole_chunks(len(tokens)))  # as prefill-sized batches
+        if features:
+            least = rows if canonical else None
+            self._run(cache, tokens[:-1], BATCH, logits=False, least=least)
+            out = self._with_features(cache, tokens[-1:], least)
+        else:
+            out = self._run(cache, tokens, BATCH, last_only=True, least=rows if start else None)
+        if cache is self._live and rows:
+            whole = len(tokens) - len(tokens) % BATCH  # the full chunks; the rest counts if it is as long
+            self._prompt_cells = cache.chain if canonical else whole
+        return out
 
     def forward_masked(
         self,
@@ -516,7 +559,12 @@ class LlamaLM:
             self.llama.llama_memory_seq_rm(self._memory, cache.seq, cache.chain - n, -1)
             cache.chain -= n
             if cache is self._live:
-                del self._held[cache.chain :]
+                self._truncate(cache.chain)
+
+    def _truncate(self, length: int) -> None:
+        """The live cache's chain now ends at `length`."""
+        del self._held[length:]
+        self._prompt_cells = min(self._prompt_cells, length)
 
     def settle(self, cache: LlamaCache) -> None:
         """Nothing to trim: the sliding-window cache is full-size."""

@@ -2,12 +2,14 @@
 process, so a build that crashes (an instruction the CPU lists but traps, a kernel that faults) ends the
 child with a signal and the user gets one line, not a dead process. The child also measures the file's
 `RowRule` (rows.py: what keeps a batch's rows bit-identical to one-token steps on this build). The
-answer is kept in specli's cache per file, library, CPU and thread count."""
+answer is kept in specli's cache per file, library, CPU, thread count and the switches ggml reads at run
+time (KERNEL_SWITCHES)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -18,6 +20,9 @@ from specli.models.llama_cpp.rows import MEASURE_VERSION, RowRule
 from specli.models.paths import specli_cache_dir
 
 TIMEOUT_S = 300
+# environment variables that choose ggml's kernels (the tiled K-quant matmul's, upstream's and the
+# documented build's names): a changed one may change the rule
+KERNEL_SWITCHES = ("GGML_CPU_TILED_MM", "GGML_CPU_TILED_PREFILL", "GGML_CPU_TILED_MM_FORCE")
 # the child: load the file as the engine does, decode, and measure the row rule (printed as JSON)
 _CHILD = """
 import json, sys
@@ -39,7 +44,9 @@ def _key(path: Path) -> str:
     libs = sorted(str((p, p.stat().st_size, p.stat().st_mtime_ns)) for p in library.rglob("*.so*"))
     stat = path.stat()
     cpu = _cpu_flags()
-    text = json.dumps([str(path.resolve()), stat.st_size, stat.st_mtime_ns, libs, cpu, MEASURE_VERSION])
+    switches = [os.environ.get(name) for name in KERNEL_SWITCHES]
+    facts = [str(path.resolve()), stat.st_size, stat.st_mtime_ns, libs, cpu, switches, MEASURE_VERSION]
+    text = json.dumps(facts)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 

@@ -7,10 +7,12 @@ row count), and a kernel may change its tiling past some row count. A `RowRule` 
 exact anyway: every forward that returns logits has at least `least` rows (a lone token is decoded
 beside throwaway tokens in a sequence of their own) and at most `most` (longer runs are split); where a
 prefill-sized batch rounds unlike steps (`prefill_exact` False), a prompt's last token runs as a step of
-its own and no prompt reuses an earlier one's cells (cells a prefill wrote round by its size, and by
-where they sit in the KV buffer). `measure` finds the rule on the file itself: one-token steps (bare,
-or padded) after a 48-token prefix against batches of every tested size and of the PROMPTS sizes,
-compared bit for bit.
+its own, and a new prompt reuses an earlier one's cells only where prefill-sized batches at least round
+alike among themselves whatever their size (`prefill_rows`: the documented build's tiled K-quant matmul
+takes batches of 32 rows or more; the engine then pads a prompt's chunks to that many rows). `measure`
+finds the rule on the file itself: one-token steps (bare, or padded) after a 48-token prefix against
+batches of every tested size and of the PROMPTS sizes, and those against each other and a short padded
+chunk, compared bit for bit.
 
 Flash attention is a second way to run the same file. Its batch rows each run whole on one thread, as a
 step does, except where upstream splits a lone query's keys over the threads (512 KV cells on: 257 live
@@ -32,9 +34,11 @@ PREFIX = 48  # tokens before the measured ones (so attention spans more than a h
 TESTED = (2, 3, 4, 5, 8, 9, 16, 17)  # batch sizes compared with one-token steps
 PADS = (1, 2)  # the `least` rows tried, in order of cost
 USEFUL_ROWS = 5  # a rule is taken once batches of this many rows are exact under it (a draft of 4)
-MEASURE_VERSION = 3  # what `measure` checks (2: prefill-sized batches, 3: flash attention): the probe's key
+MEASURE_VERSION = 4  # what `measure` checks (2: prefill-sized batches, 3: flash attention, 4: prefill rows
+# alike among themselves): the probe's key
 PROMPTS = (33, 47, 64)  # prefill-sized batches (past 32 rows, where an earlier documented build's sgemm took
 # over; a tiling rounds by the batch's size, so several)
+SHORT_CHUNK = 16  # a prompt's tail shorter than PROMPTS, padded to min(PROMPTS) rows (`prefill_rows`)
 FLASH_PREFIX = 260  # flash attention's rule is measured past 256 live cells (a KV view of 512 cells)
 TIMED_STEPS = 8  # one-token steps timed per attention and round (3 rounds, interleaved; the best counts)
 FLASH_BUDGET_S = 60.0  # a file whose plain rule took longer to measure is not measured again with flash
@@ -44,18 +48,26 @@ FLASH_BUDGET_S = 60.0  # a file whose plain rule took longer to measure is not m
 @dataclass(frozen=True)
 class RowRule:
     """Forwards that return logits run with `least` <= rows <= `most`; `prefill_exact`: prefill-sized
-    batches (PROMPTS) score their rows as steps too."""
+    batches (PROMPTS) score their rows as steps too; else `prefill_rows` > 0: batches of that many rows
+    or more score each row alike whatever their size (not as steps), 0: not even that."""
 
     least: int = 1
     most: int = max(TESTED)
     prefill_exact: bool = True
     flash: bool = False  # flash attention on (`choose`): the context opens with it
+    prefill_rows: int = 0
 
     def as_cheap_as(self, other: RowRule) -> bool:
         """Whether this rule costs no more than `other` anywhere: no more throwaway rows, no earlier
-        splits, exact prefills wherever `other` has them."""
+        splits, prompts reused wherever `other` reuses them."""
         rows = self.least <= other.least and self.most >= other.most
-        return rows and self.prefill_exact >= other.prefill_exact
+        return rows and self._reuse >= other._reuse
+
+    @property
+    def _reuse(self) -> int:
+        """How much of an earlier generation a new prompt may reuse: 2 every cell (`shared`), 1 the cells
+        an earlier prompt's prefill wrote (`prefill_rows`), 0 none."""
+        return 2 if self.prefill_exact else 1 if self.prefill_rows else 0
 
     @property
     def shared(self) -> bool:
@@ -88,7 +100,8 @@ class RowRule:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RowRule:
-        return cls(int(data["least"]), int(data["most"]), bool(data["prefill_exact"]), bool(data["flash"]))
+        least, most, rows = int(data["least"]), int(data["most"]), int(data.get("prefill_rows", 0))
+        return cls(least, most, bool(data["prefill_exact"]), bool(data["flash"]), rows)
 
 
 def context_params(
@@ -221,8 +234,12 @@ def measure_rows(
     top = max(TESTED)
     tokens = _tokens(llama, model, prefix + max(PROMPTS))
 
-    def run(part: list[int], start: int, pad: int, keep: bool = False) -> np.ndarray:
+    def run(
+        part: list[int], start: int, pad: int, keep: bool = False, pad_logits: bool = False
+    ) -> np.ndarray:
         fill(batch, part, start, 0, pad, scratch, True)
+        for i in range(len(part), len(part) + pad):
+            batch.logits[i] = pad_logits
         if llama.llama_decode(ctx, batch) != 0:
             raise RuntimeError("llama_decode failed")
         if pad:
@@ -262,10 +279,16 @@ def measure_rows(
         assert best is not None
         # prefill-sized batches: a build's sgemm threshold or a tiling may take them
         reference = steps(max(PROMPTS), best.least)
-        prefill_exact = all(
-            np.array_equal(run(tokens[prefix : prefix + n], prefix, 0), reference[:n]) for n in PROMPTS
-        )
-        return RowRule(best.least, best.most, prefill_exact, flash)
+        prompts = {n: run(tokens[prefix : prefix + n], prefix, 0) for n in PROMPTS}
+        prefill_exact = all(np.array_equal(rows, reference[:n]) for n, rows in prompts.items())
+        least = min(PROMPTS)  # else: do prompt-sized batches, and a short chunk padded to as many, agree?
+        # (the throwaway rows' logits too: the LM head then multiplies as many rows as the unpadded batch,
+        # as a prompt's chunk, which has no logits at all, never runs it)
+        short = run(tokens[prefix : prefix + SHORT_CHUNK], prefix, least - SHORT_CHUNK, pad_logits=True)
+        alike = all(np.array_equal(rows[:least], prompts[least]) for rows in prompts.values())
+        alike = alike and np.array_equal(short, prompts[least][:SHORT_CHUNK])
+        rows = 0 if prefill_exact or not alike else least
+        return RowRule(best.least, best.most, prefill_exact, flash, rows)
     finally:
         llama.llama_batch_free(batch)
         llama.llama_free(ctx)
