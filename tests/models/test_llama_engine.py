@@ -486,3 +486,24 @@ def test_a_backend_that_crashes_is_one_line_naming_the_rebuild(ggufs, tmp_path, 
     assert "SIGILL" in message and "tiny.gguf" in message and "CMAKE_ARGS" in message
     assert "--engine torch" in message and len(message.splitlines()) == 2
     assert not list(tmp_path.glob("llama-probe/*"))
+
+
+def test_verify_timings_are_kept_for_the_next_process(pair, tmp_path, monkeypatch):
+    """The cost model's prior (a forward of each VERIFY_LENGTHS size, timed) is measured once per file,
+    build, thread count and rule and kept in specli's cache: a fresh engine over the same file reads it
+    without a forward (a CLI run would otherwise time ~40 forwards before its first token); under
+    another rule it times them again."""
+    from dataclasses import replace
+
+    from specli.models.llama_cpp.lm import VERIFY_LENGTHS, LlamaLM
+
+    monkeypatch.setenv("SPECLI_CACHE_DIR", str(tmp_path))
+    timed = LlamaLM(pair.target.model).verify_costs()
+    assert set(timed) == set(VERIFY_LENGTHS) and all(seconds > 0 for seconds in timed.values()), timed
+    fresh = LlamaLM(pair.target.model)
+    monkeypatch.setattr(fresh, "forward", None)  # a forward would fail the call
+    assert fresh.verify_costs() == timed
+    other = LlamaLM(pair.target.model)
+    other.rule = replace(other.rule, most=9)
+    assert set(other.verify_costs()) == set(VERIFY_LENGTHS)
+    assert len(list(tmp_path.glob("llama-probe/*-costs.json"))) == 2

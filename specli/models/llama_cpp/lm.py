@@ -45,6 +45,7 @@ import torch
 from specli.errors import ModelLoadError, SpecliError
 from specli.models.gguf_file import read_header, read_tensor
 from specli.models.llama_cpp.library import library
+from specli.models.llama_cpp.probe import read_costs, write_costs
 from specli.models.llama_cpp.rows import RowRule, context_params, fill, pad_rows
 
 BATCH = 512  # tokens per llama_decode (prefills run in chunks of it)
@@ -178,6 +179,7 @@ class LlamaLM:
         self._wanted = MIN_CONTEXT
         self._generation = 0
         self._verify: dict[int, float] | None = None
+        self._verify_key: tuple[int, RowRule] | None = None  # the thread count and rule they were timed under
         self._held: list[int] = []  # the tokens at chain positions 0.. of the context's live cache
         self._prompt_cells = 0  # how many of them prefill-sized batches wrote (reusable: rule.prefill_rows)
         self._live: LlamaCache | None = None
@@ -206,31 +208,39 @@ class LlamaLM:
 
     def verify_costs(self) -> dict[int, float]:
         """Seconds of a forward of n tokens after a 64-token prefix, for n in VERIFY_LENGTHS (the best of
-        three), measured once per model and thread count: the cost model's prior (draft_length)."""
+        three): the cost model's prior (draft_length). Measured once per file, build, thread count and
+        rule, and kept in specli's cache beside the probe's answer (`probe.read_costs`): a later process
+        reads them instead of timing ~40 forwards before its first token."""
         threads = torch.get_num_threads()
-        stale = self._ctx is None or threads != self._threads or self._flash != self.rule.flash
-        if self._verify is None or stale:
-            if stale:
-                self.new_cache()
-            if self._n_ctx - len(self._held) < 64 + max(VERIFY_LENGTHS) + 1:  # no room beside it
-                self.llama.llama_memory_clear(self._memory, True)
-                self._held, self._prompt_cells = [], 0
-            # a sequence of its own: the live cache's cells (a prompt to reuse) stay as they are
-            cache = LlamaCache(self._generation, seq=COSTS_SEQ, primed=True)
-            prefix = torch.arange(64) % max(1, self.vocab_size - 1)
-            self.forward(prefix, cache, last_only=True)
-            times = {}
-            for n in VERIFY_LENGTHS:
-                best = float("inf")
-                for _ in range(3):
-                    start = time.perf_counter()
-                    self.forward(prefix[:n], cache)
-                    best = min(best, time.perf_counter() - start)
-                    self.rewind(cache, n)
-                times[n] = best
-            self.llama.llama_memory_seq_rm(self._memory, cache.seq, -1, -1)
-            self._verify = times
+        if self._verify is None or self._verify_key != (threads, self.rule):
+            kept = read_costs(self.model.path, threads, self.rule)
+            if kept is None or set(kept) != set(VERIFY_LENGTHS):
+                kept = self._time_forwards(threads)
+                write_costs(self.model.path, threads, self.rule, kept)
+            self._verify, self._verify_key = kept, (threads, self.rule)
         return dict(self._verify)
+
+    def _time_forwards(self, threads: int) -> dict[int, float]:
+        if self._ctx is None or threads != self._threads or self._flash != self.rule.flash:
+            self.new_cache()
+        if self._n_ctx - len(self._held) < 64 + max(VERIFY_LENGTHS) + 1:  # no room beside it
+            self.llama.llama_memory_clear(self._memory, True)
+            self._held, self._prompt_cells = [], 0
+        # a sequence of its own: the live cache's cells (a prompt to reuse) stay as they are
+        cache = LlamaCache(self._generation, seq=COSTS_SEQ, primed=True)
+        prefix = torch.arange(64) % max(1, self.vocab_size - 1)
+        self.forward(prefix, cache, last_only=True)
+        times = {}
+        for n in VERIFY_LENGTHS:
+            best = float("inf")
+            for _ in range(3):
+                start = time.perf_counter()
+                self.forward(prefix[:n], cache)
+                best = min(best, time.perf_counter() - start)
+                self.rewind(cache, n)
+            times[n] = best
+        self.llama.llama_memory_seq_rm(self._memory, cache.seq, -1, -1)
+        return times
 
     # --- caches ---------------------------------------------------------------------------------
     def new_cache(self) -> LlamaCache:

@@ -3,7 +3,8 @@ process, so a build that crashes (an instruction the CPU lists but traps, a kern
 child with a signal and the user gets one line, not a dead process. The child also measures the file's
 `RowRule` (rows.py: what keeps a batch's rows bit-identical to one-token steps on this build). The
 answer is kept in specli's cache per file, library, CPU, thread count and the switches ggml reads at run
-time (KERNEL_SWITCHES)."""
+time (KERNEL_SWITCHES), and so are the engine's verify timings (`read_costs`, `write_costs`: the cost
+model's prior, measured by the first generation that drafts)."""
 
 from __future__ import annotations
 
@@ -88,6 +89,33 @@ def check_runs(path: Path, name: str, threads: int) -> RowRule:
         mark.write_text(json.dumps({"file": str(path), "rule": rule.to_json()}) + "\n")
         return rule
     raise _crash(name, done.returncode, done.stderr)
+
+
+def _costs_file(path: Path, threads: int, rule: RowRule) -> Path:
+    tag = hashlib.sha256(json.dumps(rule.to_json(), sort_keys=True).encode()).hexdigest()[:8]
+    return specli_cache_dir() / "llama-probe" / f"{_key(path)}-t{threads}-{tag}-costs.json"
+
+
+def read_costs(path: Path, threads: int, rule: RowRule) -> dict[int, float] | None:
+    """The verify timings kept for this file, library, CPU, switches, thread count and rule (seconds by
+    tokens forwarded), or None."""
+    try:
+        kept = json.loads(_costs_file(path, threads, rule).read_text())
+        if RowRule.from_json(kept["rule"]) != rule:
+            return None
+        return {int(n): float(seconds) for n, seconds in kept["seconds"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def write_costs(path: Path, threads: int, rule: RowRule, seconds: dict[int, float]) -> None:
+    """Keep `seconds` for `read_costs` (a cache that cannot be written is skipped: measured again)."""
+    file = _costs_file(path, threads, rule)
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_text(json.dumps({"file": str(path), "rule": rule.to_json(), "seconds": seconds}) + "\n")
+    except OSError:
+        pass
 
 
 def _crash(name: str, code: int, stderr: str) -> ModelLoadError:
