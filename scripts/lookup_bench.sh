@@ -14,6 +14,7 @@
 #
 #   bash scripts/llama_cpp.sh build           # llama-server from source (once, ~15 min on 2 cores)
 #   bash scripts/lookup_bench.sh [engine|torch|sampled|spec ...]   # all four by default, ~55 min
+#   MODELS=gemma3-270m bash scripts/lookup_bench.sh engine           # one model's runs only
 #   python scripts/real_tables.py             # the tables
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,26 +29,26 @@ for part in "${@:-engine torch sampled spec}"; do
   for p in $part; do
     case $p in
       engine)
-        for model in smollm2-135m gemma3-270m; do
+        for model in ${MODELS:-smollm2-135m gemma3-270m}; do
           for threads in 1 2; do
             THREADS=$threads run "$model-lookup-engine-t$threads" bash scripts/llama_cpp.sh bench-lookup "$model" \
               --prompts "$PROMPTS" --max-new-tokens 128 --repeats "${REPEATS:-2}"
           done
         done ;;
       torch)
-        for model in smollm2-135m gemma3-270m; do
+        for model in ${MODELS:-smollm2-135m gemma3-270m}; do
           for threads in ${TORCH_THREADS:-2}; do
             run "$model-lookup-torch-t$threads" specli bench --preset "$model" --engine torch --strategy none \
               --strategy lookup --compare-hf --threads "$threads" --prompts "$PROMPTS" --max-new-tokens 128
           done
         done ;;
       sampled)
-        for model in smollm2-135m gemma3-270m; do
+        for model in ${MODELS:-smollm2-135m gemma3-270m}; do
           THREADS=2 run "$model-lookup-engine-T0.7-t2" bash scripts/llama_cpp.sh bench-lookup "$model" \
             --prompts "$PROMPTS" --max-new-tokens 128 --temperature 0.7 --seed 0
         done ;;
       spec)
-        for model in smollm2-135m gemma3-270m; do
+        for model in ${MODELS:-smollm2-135m gemma3-270m}; do
           THREADS=2 run "$model-lookup-specbench-t2" bash scripts/llama_cpp.sh bench-lookup "$model" \
             --prompts "$SPEC" --limit 1 --max-new-tokens 128
         done ;;

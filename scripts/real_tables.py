@@ -406,7 +406,8 @@ def specbench_table(folder: Path) -> str:
 
 
 BUILDS = {
-    "documented": "documented (sgemm for every row count, no REPACK, flash attention where faster)",
+    "documented": "documented (sgemm for every row count, tiled K-quant prompts, flash where faster)",
+    "untiled": "stop 53's documented build (no tiled K-quant prompts)",
     "noflash": "stop 52's documented build (sgemm from 32 rows, no flash attention)",
     "nosgemm": "upstream without sgemm (CMAKE_ARGS)",
     "sgemm": "llama.cpp's default kernels",

@@ -333,7 +333,7 @@ def test_a_real_model_preset_defaults_to_its_fastest_measured_strategy():
 
 def test_the_build_table_is_the_committed_reports():
     """docs/performance.md's table of llama.cpp builds is what scripts/real_tables.py prints from
-    docs/data/bench-real/builds/ (2 models x 4 builds x 2 thread counts), and every run's outputs were
+    docs/data/bench-real/builds/ (2 models x 5 builds x 2 thread counts), and every run's outputs were
     plain decoding's: the row rule kept every build exact."""
     import importlib.util
     import json
@@ -343,12 +343,12 @@ def test_the_build_table_is_the_committed_reports():
     spec.loader.exec_module(tables)
     folder = ROOT / "docs" / "data" / "bench-real"
     rows = tables.builds_table(folder).splitlines()
-    assert len(rows) == 2 + 16
+    assert len(rows) == 2 + 20
     performance = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
     for row in rows:
         assert row in performance, row
     reports = list((folder / "builds").glob("*.json"))
-    assert len(reports) == 16
+    assert len(reports) == 20
     for report in reports:
         assert json.loads(report.read_text())["errors"] == [], report.name
 
