@@ -76,6 +76,20 @@ MUTANTS = [
         tests=["test_sampling.py"],
     ),
     dict(
+        id="sample-id-after", area="engine/sampling", lossy=True,
+        why="the inverse transform takes the id after the one whose cumulative sum first exceeds the draw",
+        old="ids = torch.searchsorted(cumulative, point, right=True)  # [N, 1]",
+        new="ids = torch.searchsorted(cumulative, point, right=True) + 1  # [N, 1]",
+        tests=["test_sampling.py"],
+    ),
+    dict(
+        id="sample-unnormalised", area="engine/sampling", lossy=True,
+        why="a row's draw is not scaled to its total: a row summing to more than 1 never reaches its end",
+        old="point = torch.rand(flat.shape[0], 1, generator=generator, dtype=torch.float64) * total",
+        new="point = torch.rand(flat.shape[0], 1, generator=generator, dtype=torch.float64)",
+        tests=["test_sampling.py"],
+    ),
+    dict(
         id="loop-rewind-length", area="engine/loop", lossy=True,
         why="the target cache rewinds one position too few after a rejection",
         old="target.rewind(cache, len(verdict.drafted) - verdict.accepted)",

@@ -80,6 +80,37 @@ def test_sample_is_reproducible_with_a_seed():
     assert a.shape == (3,) and a.tolist() == b.tolist()
 
 
+def test_sample_draws_each_id_with_its_probability_and_never_a_zero_one():
+    """Catches an off-by-one in the inverse transform (the id before or after), ids of probability 0
+    drawn (at either end or between), unnormalised rows read as normalised, and rows mixed up: 40,000
+    draws per row against the row's probabilities by a G-test (critical value at p = 0.001)."""
+    probs = torch.tensor(
+        [
+            [0.0, 0.1, 0.0, 0.4, 0.2, 0.0, 0.3, 0.0],
+            [0.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.5],
+            [2.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0],  # sums to 4
+        ]
+    )
+    generator = torch.Generator().manual_seed(11)
+    draws = torch.stack([sample(probs, generator) for _ in range(40_000)])  # [40000, 3]
+    for row in range(3):
+        counts = torch.bincount(draws[:, row], minlength=8).double()
+        expected = probs[row].double() / probs[row].sum() * counts.sum()
+        assert (counts[expected == 0] == 0).all(), (row, counts)
+        seen = expected > 0
+        g = 2 * (counts[seen] * (counts[seen] / expected[seen]).log()).sum()
+        critical = {1: 10.83, 2: 13.82, 3: 16.27}[int(seen.sum()) - 1]
+        assert g < critical, (row, counts.tolist(), float(g))
+
+
+def test_sample_refuses_a_row_torch_refuses():
+    """A row with a negative or NaN entry, or nothing to draw, raises as torch.multinomial does instead
+    of drawing an id."""
+    for bad in ([0.5, -0.1, 0.6], [float("nan"), 0.5, 0.5], [0.0, 0.0, 0.0]):
+        with pytest.raises(RuntimeError):
+            sample(torch.tensor([bad]), torch.Generator().manual_seed(0))
+
+
 def test_min_p_and_ignore_eos_settings_are_checked_and_reach_the_sampling_config():
     """Catches: min_p dropped between Settings and the engine's SamplingConfig, and values out of range
     (or of the wrong type) accepted."""
