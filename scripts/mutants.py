@@ -322,6 +322,14 @@ MUTANTS = [
         tests=["test_llama_rows.py -k chosen"],
     ),
     dict(
+        id="llama-prefill-steps-last-token", area="models/llama_cpp", lossy=True,
+        why="where prompts round apart from steps, the loop's prefill (the prompt but its last token) runs "
+        "its own last token as a step: that cell rounds unlike the reference's batch",
+        old="        if last_only and not rule.prefill_exact:  # prompts round apart from steps anyway",
+        new="        if False:",
+        tests=["test_llama_rows.py -k reuses"],
+    ),
+    dict(
         id="llama-reuse-tail-unpadded", area="models/llama_cpp", lossy=True,
         why="after reused prompt cells the rest of a prompt runs as a short batch, which the tiled K-quant "
         "path skips: its rows round unlike a fresh prefill's",
