@@ -184,7 +184,7 @@ SAMPLING = SamplingConfig(1.0, top_k=3)
 # of the drafts are kept, and a drafter that always drafted its argmax (" a") would be kept nearly always.
 G_PROMPT = "My favourite colour is"
 G_EXIT = 27
-G_RUNS, CONTROL_RUNS = 200, 40
+G_RUNS, CONTROL_RUNS = 200, 80
 
 
 @torch.no_grad()
