@@ -23,9 +23,10 @@ batch of up to 17 tokens scores each position bit for bit as one-token steps do
 (tests/models/test_llama_engine.py; docs/design.md §15). What a build does is measured, not assumed:
 the probe finds the file's `RowRule` (rows.py), and every forward that returns logits follows it (at
 least `least` rows, throwaway tokens in sequence PAD_SEQ making up the rest; at most `most`, longer runs
-split; where a prefill-sized batch rounds apart, a prompt's last token runs as a step of its own, and a
-new prompt reuses only cells an earlier prompt's prefill-sized batches wrote, where prefill-sized
-batches round alike among themselves (`prefill_rows`: the documented build's tiled K-quant prompts)),
+split; where a prefill-sized batch rounds apart from steps, a prompt prefills as one batch as the
+reference's does (its last token's logits go unread: the loop steps it), and a new prompt reuses only
+cells an earlier prompt's prefill-sized batches wrote, where prefill-sized batches round alike among
+themselves (`prefill_rows`: the documented build's tiled K-quant prompts)),
 so a build whose batch kernels differ from its one-token ones (upstream llamafile's, the default) stays
 exact at the rule's cost.
 """
@@ -225,7 +226,7 @@ class LlamaLM:
             self.new_cache()
         if self._n_ctx - len(self._held) < 64 + max(VERIFY_LENGTHS) + 1:  # no room beside it
             self.llama.llama_memory_clear(self._memory, True)
-            self._held, self._prompt_cells = [], 0
+            self._truncate(0)
         # a sequence of its own: the live cache's cells (a prompt to reuse) stay as they are
         cache = LlamaCache(self._generation, seq=COSTS_SEQ, primed=True)
         prefix = torch.arange(64) % max(1, self.vocab_size - 1)
@@ -252,7 +253,7 @@ class LlamaLM:
         wanted = -(-max(self._wanted, MIN_CONTEXT) // CONTEXT_STEP) * CONTEXT_STEP
         if self._ctx is None or wanted > self._n_ctx or self._flash != self.rule.flash:
             self._open(wanted, threads)
-            self._held, self._prompt_cells = [], 0
+            self._truncate(0)
         else:
             if threads != self._threads:
                 self.llama.llama_set_n_threads(self._ctx, threads, threads)
@@ -291,7 +292,7 @@ class LlamaLM:
 
     def forget(self) -> None:
         """The next generation reuses nothing of this one's cells (its first forward removes them)."""
-        self._held, self._prompt_cells = [], 0
+        self._truncate(0)
 
     def cache_length(self, cache: LlamaCache) -> int:
         return cache.length
@@ -315,7 +316,7 @@ class LlamaLM:
             self.llama.llama_memory_seq_rm(self._memory, PAD_SEQ, -1, -1)
         if code != 0:
             self.llama.llama_memory_clear(self._memory, True)  # nothing half-written is reused later
-            self._held, self._prompt_cells = [], 0
+            self._truncate(0)
             raise SpecliError(
                 f"llama.cpp could not evaluate {n} tokens of '{self.model.name}' (llama_decode returned "
                 f"{code}): {last_log() or 'no reason given'}",

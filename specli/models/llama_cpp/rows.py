@@ -6,10 +6,11 @@ more upstream (one token goes through ggml's own dot products; scripts/install_l
 row count), and a kernel may change its tiling past some row count. A `RowRule` is what keeps the engine
 exact anyway: every forward that returns logits has at least `least` rows (a lone token is decoded
 beside throwaway tokens in a sequence of their own) and at most `most` (longer runs are split); where a
-prefill-sized batch rounds unlike steps (`prefill_exact` False), a prompt's last token runs as a step of
-its own, and a new prompt reuses an earlier one's cells only where prefill-sized batches at least round
-alike among themselves whatever their size (`prefill_rows`: the documented build's tiled K-quant matmul
-takes batches of 32 rows or more; the engine then pads a prompt's chunks to that many rows). `measure`
+prefill-sized batch rounds unlike steps (`prefill_exact` False), a prompt prefills as one batch as the
+one-token reference's does, and a new prompt reuses an earlier one's cells only where prefill-sized
+batches at least round alike among themselves whatever their size (`prefill_rows`: the documented
+build's tiled K-quant matmul takes batches of 32 rows or more; the engine then pads a prompt's chunks
+to that many rows). `measure`
 finds the rule on the file itself: one-token steps (bare, or padded) after a 48-token prefix against
 batches of every tested size and of the PROMPTS sizes, and those against each other and a short padded
 chunk, compared bit for bit.
