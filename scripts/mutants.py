@@ -57,9 +57,30 @@ MUTANTS = [
     dict(
         id="verify-bonus-row", area="engine/verify", lossy=True,
         why="the bonus token drawn from p_k (the last drafted position) instead of p_{k+1}",
-        old="outcomes = torch.cat([residual_distribution(p[:k], q), p[k:]])",
-        new="outcomes = torch.cat([residual_distribution(p[:k], q), p[k - 1 : k]])",
+        old="outcome = p[k] if accepted == k else",
+        new="outcome = p[k - 1] if accepted == k else",
         tests=["test_verify.py"],
+    ),
+    dict(
+        id="verify-one-hot-residual-keeps-draft", area="engine/verify", lossy=True,
+        why="a deterministic draft's correction drawn from p itself, the refused token left in",
+        old="    refused = p.clone()\n    refused[drafted] = 0.0\n",
+        new="    refused = p.clone()\n",
+        tests=["test_verify.py"],
+    ),
+    dict(
+        id="verify-tree-correction-keeps-children", area="engine/verify", lossy=True,
+        why="a deterministic tree's correction drawn from p itself, the refused children left in",
+        old="            if tried:\n                refused[torch.tensor(sorted(tried), device=device)] = 0.0\n",
+        new="",
+        tests=["test_tree_lossless.py -k 'first_two_tokens'"],
+    ),
+    dict(
+        id="verify-tree-sampled-correction-from-p", area="engine/verify", lossy=True,
+        why="a drawn tree's correction drawn from the row's p instead of its last residual p'",
+        old="            token = int(sample(p_row[row], generator))",
+        new="            token = int(sample(p[row], generator))",
+        tests=["test_tree_lossless.py -k 'first_two_tokens'"],
     ),
     dict(
         id="verify-temperature-twice", area="engine/verify", lossy=True,
@@ -99,8 +120,8 @@ MUTANTS = [
     dict(
         id="draft-length-budget", area="engine/draft_length", lossy=True,
         why="k capped at the tokens left instead of one less: a full round overshoots max_new_tokens",
-        old="cap = min(self.max_k, budget - 1)",
-        new="cap = min(self.max_k, budget)",
+        old="cap = min(self.max_k, budget - 1)\n        if cap < 1:\n            return 0, \"budget\"",
+        new="cap = min(self.max_k, budget)\n        if cap < 1:\n            return 0, \"budget\"",
         tests=["test_engine.py"],
     ),
     dict(

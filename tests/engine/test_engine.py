@@ -278,7 +278,9 @@ def test_drafter_with_a_shorter_context_drafts_from_the_recent_tokens(tmp_path, 
     )
     assert len(result.token_ids) == 40
     drafting = [r for r in result.rounds if r.drafted]
-    assert len(drafting) == len(result.rounds) - 1  # every round but the last (budget 1) drafts
+    plain = [r for r in result.rounds if not r.drafted]  # only a last round with 1 token left drafts nothing
+    assert len(drafting) >= len(result.rounds) - 1 and all(r.draft_reason == "budget" for r in plain)
+    assert all(r is result.rounds[-1] for r in plain)
     assert result.stats.accepted > 0
     if temperature == 0:
         assert result.token_ids == reference(pair, ids, 40, set())

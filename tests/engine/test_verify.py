@@ -9,6 +9,7 @@ from scipy.stats import power_divergence
 from specli.engine.verify import (
     acceptance_probabilities,
     residual_distribution,
+    token_distribution,
     verify_greedy,
     verify_sampling,
 )
@@ -71,6 +72,23 @@ def test_one_hot_q_deterministic_drafter():
     rate = sum(v.accepted for v in outcomes) / len(outcomes)
     assert abs(rate - 0.5) < 0.03
     assert {v.token for v in outcomes if not v.accepted} == {1, 2}
+
+
+def test_deterministic_draft_without_q_is_the_one_hot_rule():
+    """q None (what `verify` passes for a deterministic drafter, never building [k, V] one-hot rows):
+    accept d with probability p(d); the correction comes from p without d; the bonus from p_{k+1}."""
+    p = torch.tensor([[0.5, 0.25, 0.25], [0.0, 0.0, 1.0]])
+    g = torch.Generator().manual_seed(4)
+    outcomes = [verify_sampling(torch.tensor([0]), None, p, g) for _ in range(4000)]
+    assert all(v.draft_probs == [1.0] and v.target_probs == pytest.approx([0.5]) for v in outcomes)
+    rate = sum(v.accepted for v in outcomes) / len(outcomes)
+    assert abs(rate - 0.5) < 0.03
+    corrections = [v.token for v in outcomes if not v.accepted]
+    assert set(corrections) == {1, 2} and abs(corrections.count(1) / len(corrections) - 0.5) < 0.05
+    assert {v.token for v in outcomes if v.accepted} == {2}  # the bonus row, not the drafted one
+    one_hot = torch.nn.functional.one_hot(torch.tensor([0]), 3).float()
+    rejected = next(v for v in outcomes if not v.accepted)
+    torch.testing.assert_close(token_distribution(rejected, p, None), token_distribution(rejected, p, one_hot))
 
 
 def test_first_rejection_stops_acceptance():
