@@ -330,7 +330,9 @@ def request_body(
     model: str, prompt: str, bench: BenchSettings, repeat: int, chat: bool = False
 ) -> dict[str, Any]:
     """The streamed request for one prompt: max_tokens and temperature as the bench's settings; when
-    sampling, seed base_seed + repeat (as local runs) and top_k / top_p unless off."""
+    sampling, seed base_seed + repeat (as local runs) and top_k, top_p and min_p always, "off" values
+    included: a server's own defaults would sample another distribution than specli's runs (llama-server
+    truncates to top-k 40, top-p 0.95 and min-p 0.05 unless told, which keeps far more drafts)."""
     s = bench.settings
     body: dict[str, Any] = {"model": model}
     body |= {"messages": [{"role": "user", "content": prompt}]} if chat else {"prompt": prompt}
@@ -341,11 +343,7 @@ def request_body(
         "stream_options": {"include_usage": True},
     }
     if not s.greedy:
-        body["seed"] = bench.base_seed + repeat
-        if s.top_k:
-            body["top_k"] = s.top_k
-        if s.top_p < 1.0:
-            body["top_p"] = s.top_p
+        body |= {"seed": bench.base_seed + repeat, "top_k": s.top_k, "top_p": s.top_p, "min_p": s.min_p}
     return body
 
 

@@ -276,6 +276,9 @@ def test_request_body():
     body = e.request_body("m", "x", sampling, repeat=2, chat=True)
     assert body["messages"] == [{"role": "user", "content": "x"}] and "prompt" not in body
     assert (body["seed"], body["top_k"], body["top_p"]) == (7, 20, 0.9)  # seed + repeat, as local runs
+    # "off" is said, not left to the server's defaults (llama-server's: top-k 40, top-p 0.95, min-p 0.05)
+    plain = e.request_body("m", "x", b.BenchSettings(resolve_settings(temperature=0.7, seed=0)), repeat=0)
+    assert (plain["top_k"], plain["top_p"], plain["min_p"]) == (0, 1.0, 0.0)
 
 
 # --------------------------------------------------------------------------- endpoints
