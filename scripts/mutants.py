@@ -118,6 +118,20 @@ MUTANTS = [
         tests=["test_engine.py"],
     ),
     dict(
+        id="draft-length-outcomes-not-chances", area="engine/draft_length", lossy=False,
+        why="a sampled round's judged drafts learn their 0-or-1 outcome, not their chance min(1, p/q)",
+        old="kept[i] += accept_probs[i] if accept_probs is not None else float(i < accepted)",
+        new="kept[i] += float(i < accepted)",
+        tests=["test_draft_length.py -k chance"],
+    ),
+    dict(
+        id="loop-chances-not-handed", area="engine/loop", lossy=False,
+        why="the loop never hands the cost model a round's accept_probs",
+        old="accept_probs=verdict.accept_probs if verdict.tree is None else None,",
+        new="accept_probs=None,",
+        tests=["test_draft_length.py -k chance"],
+    ),
+    dict(
         id="draft-length-budget", area="engine/draft_length", lossy=True,
         why="k capped at the tokens left instead of one less: a full round overshoots max_new_tokens",
         old="cap = min(self.max_k, budget - 1)\n        if cap < 1:\n            return 0, \"budget\"",

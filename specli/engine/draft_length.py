@@ -476,11 +476,15 @@ class DraftLength:
         state: str | None = None,
         verified: int | None = None,
         tree: TreeRecord | None = None,
+        accept_probs: Sequence[float] | None = None,
     ) -> None:
         """One verified round: how many were drafted (a tree's depth) and kept, what drafting and
         verifying took, and how many tokens the verify forward ran (default drafted + 1). A tree of drawn
         children (`tree.sampled`) teaches each draw's acceptance by depth and rank instead (`rank_outcomes`:
-        its first draws are a chain's drafts)."""
+        its first draws are a chain's drafts). `accept_probs`: a chain's chance of keeping each draft
+        (the verdict's min(1, p/q); greedy: 1 or 0, the outcome itself): each judged position learns its
+        chance instead of its 0-or-1 outcome, whose mean it is (sampled rounds estimate acceptance with
+        less noise, greedy ones as before)."""
         kept, judged = self._counts(state)
         for i in range(self.max_k):  # every position fades: one not drafted for long drifts to the prior
             judged[i] *= DECAY
@@ -490,7 +494,7 @@ class DraftLength:
         else:
             for i in range(min(drafted, accepted + 1, self.max_k)):  # positions the target judged
                 judged[i] += 1.0
-                kept[i] += float(i < accepted)
+                kept[i] += accept_probs[i] if accept_probs is not None else float(i < accepted)
             self._costs.add(drafted, draft_time, verify_time, verified)
         self._rounds += drafted > 0
 

@@ -123,6 +123,7 @@ def generate_rounds(
                 state,
                 verified=len(verdict.drafted) + 1,
                 tree=verdict.tree,
+                accept_probs=verdict.accept_probs if verdict.tree is None else None,
             )
             if verdict.tree is not None:
                 length.observe_tree(verdict.tree)

@@ -65,6 +65,39 @@ def test_only_judged_positions_learn():
     assert a[2] == a[3] == pytest.approx(0.5, abs=0.04)
 
 
+def test_sampled_rounds_learn_each_drafts_chance_not_its_outcome():
+    """A sampled chain round hands its min(1, p/q) per draft: the judged positions learn those chances
+    (the first two kept with chances 0.3 and 0.6, the third refused with 0.2), the unjudged fourth
+    nothing; a round without them learns 1 / 0 outcomes, as greedy rounds always do."""
+    chances, outcomes = DraftLength(4), DraftLength(4)
+    for _ in range(200):
+        chances.observe(4, 2, 1e-3, 1e-3, accept_probs=[0.3, 0.6, 0.2, 0.9])
+        outcomes.observe(4, 2, 1e-3, 1e-3)
+    a = chances.accept_probs()  # each leans a little on the pooled estimate (about 0.37)
+    assert a[:3] == pytest.approx([0.3, 0.6, 0.2], abs=0.05)
+    assert a[3] == pytest.approx(sum(a[:3]) / 3, abs=0.03)  # never judged: the pooled estimate
+    assert outcomes.accept_probs()[:3] == pytest.approx([1.0, 1.0, 0.0], abs=0.1)
+
+
+def test_the_loop_hands_the_cost_model_each_drafts_chance(tokenizer):
+    """generate_rounds passes each chain round's verdict.accept_probs to DraftLength.observe (sampled:
+    chances strictly between 0 and 1 reach it, which 0-or-1 outcomes never would)."""
+    vocab = len(tokenizer)
+    target = CachedLM(make_model("llama", vocab, layers=2, seed=3))
+    drafter = DraftModelDrafter(CachedLM(make_model("llama", vocab, layers=1, seed=4)), vocab)
+    seen: list[list[float] | None] = []
+    length = DraftLength(3, fixed=True)
+    observe = length.observe
+    length.observe = lambda *a, **k: (seen.append(k.get("accept_probs")), observe(*a, **k))[1]  # type: ignore[method-assign]
+    config = EngineConfig(max_new_tokens=12, num_draft_tokens=3, fixed_k=True,
+                          sampling=SamplingConfig(temperature=1.0), seed=0)  # fmt: skip
+    rounds = list(generate_rounds(target, drafter, [5, 6, 7], config, StopCriteria(set()), length=length))
+    drafted = [r for r in rounds if r.drafted]
+    assert seen and all(p is not None for p in seen[: len(drafted)])
+    assert [p for p in seen if p] == [r.accept_probs for r in drafted]
+    assert any(0.0 < x < 1.0 for p in seen if p for x in p)
+
+
 @pytest.mark.parametrize(
     ("accepted", "draft_per_token", "expected"),
     [
