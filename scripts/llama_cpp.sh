@@ -160,9 +160,10 @@ bench_engine() {  # $1: smollm2-135m|gemma3-270m: specli's llama.cpp engine besi
     drafter=("draft:--jinja -md $GGUF/smollm2-135m-draft.gguf --spec-type draft-simple --spec-draft-n-max 4")
     specli_draft=(--strategy draft --draft "$GGUF/smollm2-135m-draft.gguf")
   fi
-  start_servers "$file" 4096 "plain:--jinja" \
-    "ngram:--jinja --spec-type ngram-simple --spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 16" \
-    "${drafter[@]}"
+  # --no-cache-prompt: every request pays its own prefill, as every specli run does (bench_lookup's reason)
+  start_servers "$file" 4096 "plain:--jinja --no-cache-prompt" \
+    "ngram:--jinja --no-cache-prompt --spec-type ngram-simple --spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 16" \
+    "${drafter[@]/#draft:/draft:--no-cache-prompt }"
   specli bench --preset "$model" --engine llama.cpp --strategy none --strategy lookup "${specli_draft[@]}" \
     "${ENDPOINTS[@]}" --threads "$THREADS" "$@"
 }

@@ -6,7 +6,8 @@
 #           committed SmolLM2 runs: 1)
 #   torch   specli --engine torch (plain, lookup) beside transformers' generate() plain and prompt lookup
 #           (k 16 n-gram 3, and its docs' k 10): both models, 2 threads (TORCH_THREADS), greedy
-#   sampled the engine runs at T = 0.7, 2 threads
+#   sampled the engine runs at T = 0.7, 2 threads, every run to 128 tokens (--ignore-eos: sampled texts end
+#           at different lengths, and tok/s would weigh different shares of prefill)
 #   spec    Spec-Bench's question.jsonl (../shared/data/spec_bench), the first prompt of each of its 13
 #           categories, on the llama.cpp engine beside llama-server, 2 threads, greedy
 # The bench prompts are docs/data/bench-real/engine-prompts.jsonl (12 prompts of 9 categories: the code set's
@@ -45,7 +46,7 @@ for part in "${@:-engine torch sampled spec}"; do
       sampled)
         for model in ${MODELS:-smollm2-135m gemma3-270m}; do
           THREADS=2 run "$model-lookup-engine-T0.7-t2" bash scripts/llama_cpp.sh bench-lookup "$model" \
-            --prompts "$PROMPTS" --max-new-tokens 128 --temperature 0.7 --seed 0
+            --prompts "$PROMPTS" --max-new-tokens 128 --temperature 0.7 --seed 0 --ignore-eos
         done ;;
       spec)
         for model in ${MODELS:-smollm2-135m gemma3-270m}; do

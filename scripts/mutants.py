@@ -132,6 +132,13 @@ MUTANTS = [
         tests=["test_draft_length.py -k chance"],
     ),
     dict(
+        id="bench-ignore-eos-dropped", area="cli/bench", lossy=False,
+        why="bench --ignore-eos never reaches the runs' settings",
+        old="ignore_eos=ignore_eos or None)",
+        new="ignore_eos=None)",
+        tests=["test_bench.py -k ignore_eos"],
+    ),
+    dict(
         id="draft-length-budget", area="engine/draft_length", lossy=True,
         why="k capped at the tokens left instead of one less: a full round overshoots max_new_tokens",
         old="cap = min(self.max_k, budget - 1)\n        if cap < 1:\n            return 0, \"budget\"",

@@ -332,7 +332,8 @@ def request_body(
     """The streamed request for one prompt: max_tokens and temperature as the bench's settings; when
     sampling, seed base_seed + repeat (as local runs) and top_k, top_p and min_p always, "off" values
     included: a server's own defaults would sample another distribution than specli's runs (llama-server
-    truncates to top-k 40, top-p 0.95 and min-p 0.05 unless told, which keeps far more drafts)."""
+    truncates to top-k 40, top-p 0.95 and min-p 0.05 unless told, which keeps far more drafts); and
+    ignore_eos when set."""
     s = bench.settings
     body: dict[str, Any] = {"model": model}
     body |= {"messages": [{"role": "user", "content": prompt}]} if chat else {"prompt": prompt}
@@ -344,6 +345,8 @@ def request_body(
     }
     if not s.greedy:
         body |= {"seed": bench.base_seed + repeat, "top_k": s.top_k, "top_p": s.top_p, "min_p": s.min_p}
+    if s.ignore_eos:
+        body["ignore_eos"] = True  # llama-server, vLLM and specli serve read it
     return body
 
 

@@ -103,6 +103,8 @@ class BenchSettings:
             "temperature": s.temperature,
             "top_k": s.top_k,
             "top_p": s.top_p,
+            "min_p": s.min_p,
+            "ignore_eos": s.ignore_eos,
             "seed": self.base_seed,
             "repeats": self.repeats,
             "warmup": self.warmup,
@@ -718,8 +720,8 @@ def transformers_generate(
     pair: Pair, prompt_ids: list[int], extra: dict[str, Any], settings: Settings, seed: int
 ) -> tuple[list[int], float]:
     """One transformers generate() in a mode (`extra`: its keyword arguments) with the bench's settings:
-    max_new_tokens, and when sampling temperature, top-k and top-p as set, seeded -> (new token ids,
-    seconds, CUDA synchronised at both ends)."""
+    max_new_tokens (EOS not stopping it under ignore_eos), and when sampling temperature, top-k, top-p
+    and min-p as set, seeded -> (new token ids, seconds, CUDA synchronised at both ends)."""
     import torch
 
     from specli.models.cached_lm import synchronize
@@ -729,6 +731,9 @@ def transformers_generate(
     sampling = {}
     if not settings.greedy:
         sampling = dict(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p)
+        sampling |= {"min_p": settings.min_p} if settings.min_p else {}
+    if settings.ignore_eos:
+        sampling["eos_token_id"] = None  # transformers 5: no EOS ends the generation
     torch.manual_seed(seed)
     kwargs = dict(
         attention_mask=torch.ones_like(ids),

@@ -100,6 +100,15 @@ TemperatureOpt = Annotated[float, typer.Option(help="0 = greedy (outputs are che
 SeedOpt = Annotated[int, typer.Option(help="Seed for sampling runs.")]
 RepeatsOpt = Annotated[int, typer.Option(help="Runs per prompt and strategy (median).", min=1)]
 WarmupOpt = Annotated[int, typer.Option(help="Uncounted warm-up runs per strategy.", min=0)]
+IgnoreEosOpt = Annotated[
+    bool,
+    typer.Option(
+        "--ignore-eos",
+        help="Every run generates --max-new-tokens tokens: EOS stops neither specli's runs nor the "
+        "endpoints' or transformers' (sampled texts otherwise end at different lengths, and tok/s weighs "
+        "different shares of prefill).",
+    ),
+]
 CompareHfOpt = Annotated[
     bool, typer.Option("--compare-hf", help="Also time transformers' own (assisted) generate().")
 ]
@@ -150,6 +159,7 @@ def bench(
     seed: SeedOpt = 0,
     repeats: RepeatsOpt = 1,
     warmup: WarmupOpt = 1,
+    ignore_eos: IgnoreEosOpt = False,
     exit_layer: ExitLayerOpt = None,
     ngram_min: NgramMinOpt = None,
     ngram_max: NgramMaxOpt = None,
@@ -183,7 +193,8 @@ def bench(
     options = GenerationOptions(
         max_new_tokens=max_new_tokens, num_draft_tokens=num_draft_tokens, temperature=temperature,
         seed=seed, chat=chat, exit_layer=exit_layer, ngram_min=ngram_min, ngram_max=ngram_max,
-        fixed_k=fixed_k or None, draft_p_min=draft_p_min, tree=tree, tree_width=tree_width)  # fmt: skip
+        fixed_k=fixed_k or None, draft_p_min=draft_p_min, tree=tree, tree_width=tree_width,
+        ignore_eos=ignore_eos or None)  # fmt: skip
     wanted = BenchOptions(
         strategies=tuple(strategy or ()), prompts=prompts, prompt_set=prompt_set, limit=limit,
         categories=tuple(category or ()), sweep_k=sweep_k, sweep_tree=sweep_tree, repeats=repeats,

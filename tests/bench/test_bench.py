@@ -29,9 +29,9 @@ STRATEGY_KEYS = {
     "mean_acceptance_length", "tokens_per_second", "speedup", "c", "v", "bound", "efficiency",
 }  # fmt: skip
 SETTINGS_KEYS = {
-    "max_new_tokens", "num_draft_tokens", "temperature", "seed", "repeats", "warmup", "top_k", "top_p",
+    "max_new_tokens", "num_draft_tokens", "temperature", "seed", "repeats", "warmup", "top_k", "top_p", "min_p",
     "exit_layer", "ngram_min", "ngram_max", "sweep_k", "fixed_k", "num_draft_tokens_by_strategy",
-    "tree", "tree_width", "sweep_tree",
+    "tree", "tree_width", "sweep_tree", "ignore_eos",
 }  # fmt: skip
 RUN_KEYS = {
     "prompt_id", "category", "strategy", "repeat", "tokens", "rounds", "drafted", "accepted", "rejections",
@@ -418,6 +418,45 @@ def test_transformers_comparison_uses_the_same_settings():
         b.BenchSettings(settings.replace(temperature=0)),
     )
     assert calls[0]["do_sample"] is False and "top_k" not in calls[0]
+    assert "eos_token_id" not in calls[0] and "min_p" not in calls[0]
+    calls.clear()  # --ignore-eos: transformers is told no EOS ends it; a min-p reaches it as set
+    b.run_transformers(
+        pair,
+        [(prompt_sets.BenchPrompt("1", "c", "x"), [5, 6])],
+        [],
+        b.BenchSettings(settings.replace(ignore_eos=True, min_p=0.1)),
+    )
+    assert "eos_token_id" in calls[0] and calls[0]["eos_token_id"] is None and calls[0]["min_p"] == 0.1
+
+
+def test_ignore_eos_runs_every_strategy_to_max_new_tokens(tokenizer, tmp_path):
+    """A target whose EOS is its first greedy token: a bench stops every run there, --ignore-eos runs
+    each to --max-new-tokens (and says so in the report's settings)."""
+    import specli
+    from conftest import make_model, save_model
+
+    model = make_model("llama", len(tokenizer), layers=2, seed=1, eos_token_id=None)
+    prompt = "def add(a, b):\n"
+    first = specli.load(target=str(save_model(tmp_path / "m", model, tokenizer)), strategy="none").generate(
+        prompt, max_new_tokens=1, chat=False
+    )
+    model.config.eos_token_id = model.generation_config.eos_token_id = first.token_ids[0]
+    target = save_model(tmp_path / "t", model, tokenizer)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"question_id": 1, "category": "c", "turns": [prompt]}) + "\n")
+    reports = {}
+    for flag in ([], ["--ignore-eos"]):
+        out = tmp_path / f"r{len(flag)}.json"
+        result = CliRunner().invoke(
+            app,
+            ["bench", "--target", str(target), "--strategy", "lookup", "--prompts", str(prompts),
+             "--max-new-tokens", "9", "--warmup", "0", "--no-chat", "--json", str(out), *flag],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        reports[bool(flag)] = json.loads(out.read_text())
+    assert {r["tokens"] for r in reports[False]["runs"]} == {1}
+    assert {r["tokens"] for r in reports[True]["runs"]} == {9}
+    assert (reports[False]["settings"]["ignore_eos"], reports[True]["settings"]["ignore_eos"]) == (False, True)
 
 
 # --------------------------------------------------------------------------- k sweep

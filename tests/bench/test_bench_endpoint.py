@@ -279,6 +279,9 @@ def test_request_body():
     # "off" is said, not left to the server's defaults (llama-server's: top-k 40, top-p 0.95, min-p 0.05)
     plain = e.request_body("m", "x", b.BenchSettings(resolve_settings(temperature=0.7, seed=0)), repeat=0)
     assert (plain["top_k"], plain["top_p"], plain["min_p"]) == (0, 1.0, 0.0)
+    assert "ignore_eos" not in plain and "ignore_eos" not in body
+    told = b.BenchSettings(resolve_settings(temperature=0, ignore_eos=True))
+    assert e.request_body("m", "x", told, repeat=0)["ignore_eos"] is True
 
 
 # --------------------------------------------------------------------------- endpoints
