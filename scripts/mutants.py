@@ -71,7 +71,8 @@ MUTANTS = [
     dict(
         id="verify-tree-correction-keeps-children", area="engine/verify", lossy=True,
         why="a deterministic tree's correction drawn from p itself, the refused children left in",
-        old="            if tried:\n                refused[torch.tensor(sorted(tried), device=device)] = 0.0\n",
+        old="            if tried:\n"
+        "                refused[torch.tensor(sorted(tried), device=device)] = 0.0\n",
         new="",
         tests=["test_tree_lossless.py -k 'first_two_tokens'"],
     ),

@@ -29,8 +29,8 @@ STRATEGY_KEYS = {
     "mean_acceptance_length", "tokens_per_second", "speedup", "c", "v", "bound", "efficiency",
 }  # fmt: skip
 SETTINGS_KEYS = {
-    "max_new_tokens", "num_draft_tokens", "temperature", "seed", "repeats", "warmup", "top_k", "top_p", "min_p",
-    "exit_layer", "ngram_min", "ngram_max", "sweep_k", "fixed_k", "num_draft_tokens_by_strategy",
+    "max_new_tokens", "num_draft_tokens", "temperature", "seed", "repeats", "warmup", "top_k", "top_p",
+    "min_p", "exit_layer", "ngram_min", "ngram_max", "sweep_k", "fixed_k", "num_draft_tokens_by_strategy",
     "tree", "tree_width", "sweep_tree", "ignore_eos",
 }  # fmt: skip
 RUN_KEYS = {
@@ -432,8 +432,9 @@ def test_transformers_comparison_uses_the_same_settings():
 def test_ignore_eos_runs_every_strategy_to_max_new_tokens(tokenizer, tmp_path):
     """A target whose EOS is its first greedy token: a bench stops every run there, --ignore-eos runs
     each to --max-new-tokens (and says so in the report's settings)."""
-    import specli
     from conftest import make_model, save_model
+
+    import specli
 
     model = make_model("llama", len(tokenizer), layers=2, seed=1, eos_token_id=None)
     prompt = "def add(a, b):\n"
@@ -456,7 +457,7 @@ def test_ignore_eos_runs_every_strategy_to_max_new_tokens(tokenizer, tmp_path):
         reports[bool(flag)] = json.loads(out.read_text())
     assert {r["tokens"] for r in reports[False]["runs"]} == {1}
     assert {r["tokens"] for r in reports[True]["runs"]} == {9}
-    assert (reports[False]["settings"]["ignore_eos"], reports[True]["settings"]["ignore_eos"]) == (False, True)
+    assert [reports[flag]["settings"]["ignore_eos"] for flag in (False, True)] == [False, True]
 
 
 # --------------------------------------------------------------------------- k sweep

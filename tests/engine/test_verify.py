@@ -88,7 +88,8 @@ def test_deterministic_draft_without_q_is_the_one_hot_rule():
     assert {v.token for v in outcomes if v.accepted} == {2}  # the bonus row, not the drafted one
     one_hot = torch.nn.functional.one_hot(torch.tensor([0]), 3).float()
     rejected = next(v for v in outcomes if not v.accepted)
-    torch.testing.assert_close(token_distribution(rejected, p, None), token_distribution(rejected, p, one_hot))
+    implied = token_distribution(rejected, p, None)
+    torch.testing.assert_close(implied, token_distribution(rejected, p, one_hot))
 
 
 def test_first_rejection_stops_acceptance():
