@@ -232,8 +232,10 @@ def test_the_llama_engine_tables_are_the_committed_reports():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     for row in engine[2:]:
         cells = [c.strip() for c in row.strip("|").split("|")]
-        plain, server, draft, md = cells[2], cells[3], cells[8].split(" ")[0], cells[9]
-        assert f" | {cells[1]} | {plain} | {server} | {draft} " in readme and f" | {md} |" in readme, row
+        plain, server, lookup, ngram = cells[2], cells[3], cells[5].split(" ")[0], cells[6].split(" ")[0]
+        draft, md = cells[8].split(" ")[0], cells[9]
+        assert f" | {cells[1]} | {plain} | {server} | {lookup} | {ngram} | {draft} " in readme, row
+        assert f" | {md} |" in readme, row
     for report in folder.glob("*-engine-t*.json"):  # every strategy's output was plain decoding's
         assert json.loads(report.read_text())["errors"] == [], report.name
 
