@@ -184,17 +184,15 @@ def bench(
     timeout: TimeoutOpt = 60.0,
     debug: DebugOpt = False,
 ) -> None:
-    """Measure strategies against plain decoding (and transformers) on prompt sets, per category; and
-    OpenAI-compatible servers (--endpoint) on the same prompts, beside them or alone."""
+    """Measure strategies against plain decoding, transformers and OpenAI-compatible servers, per category."""
     models = ModelOptions(
         preset=preset, target=target, draft=draft, device=device, dtype=dtype, quant=quant,
         allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, threads=threads, engine=engine,
         compile=compile, lean=lean)  # fmt: skip
     options = GenerationOptions(
-        max_new_tokens=max_new_tokens, num_draft_tokens=num_draft_tokens, temperature=temperature,
-        seed=seed, chat=chat, exit_layer=exit_layer, ngram_min=ngram_min, ngram_max=ngram_max,
-        fixed_k=fixed_k or None, draft_p_min=draft_p_min, tree=tree, tree_width=tree_width,
-        ignore_eos=ignore_eos or None)  # fmt: skip
+        max_new_tokens=max_new_tokens, num_draft_tokens=num_draft_tokens, temperature=temperature, seed=seed,
+        chat=chat, exit_layer=exit_layer, ngram_min=ngram_min, ngram_max=ngram_max, fixed_k=fixed_k or None,
+        draft_p_min=draft_p_min, tree=tree, tree_width=tree_width, ignore_eos=ignore_eos or None)  # fmt: skip
     wanted = BenchOptions(
         strategies=tuple(strategy or ()), prompts=prompts, prompt_set=prompt_set, limit=limit,
         categories=tuple(category or ()), sweep_k=sweep_k, sweep_tree=sweep_tree, repeats=repeats,

@@ -106,14 +106,13 @@ class DraftModelDrafter(Drafter):
         self._restart(len(prompt_ids) if fits else recent_window(self.max_positions))
 
     def _restart(self, keep: int) -> None:
-        """A fresh cache over the most recent `keep` committed tokens. Drafting from a shorter context
-        than the target's only changes what is proposed; the target still verifies every token."""
+        """A fresh cache over the most recent `keep` committed tokens, every one of them pending: the
+        first draft runs them (a generation whose rounds the cost model never drafts in pays no drafter
+        prefill). Drafting from a shorter context than the target's only changes what is proposed; the
+        target still verifies every token."""
         recent = self._tokens[-keep:]
         self._cache = self.lm.new_cache()
-        if len(recent) > 1:
-            self.lm.forward(torch.tensor(recent[:-1]), self._cache, last_only=True)
-            self.lm.settle(self._cache)
-        self._pending = [recent[-1]]
+        self._pending = list(recent)
         self._drafted = torch.empty(0, dtype=torch.long)
         self._fed = None
         self._length = len(recent)
@@ -168,9 +167,11 @@ class DraftModelDrafter(Drafter):
     ) -> Proposal:
         """One forward over [pending, MASK x (k-1)]; position i's distribution does not depend on d_<i.
         The masks leave the cache at once: it holds committed tokens only (pending now among them)."""
-        n = len(self._pending)
-        inp = torch.tensor(self._pending + [self.mask_token] * (k - 1))  # [n + k - 1]
-        logits = self._align(self.lm.forward(inp, self._cache)[n - 1 :].float())  # [k, V]
+        if len(self._pending) > 1:  # the backlog first, without logits (a new prompt: all of it)
+            self.lm.forward(torch.tensor(self._pending[:-1]), self._cache, last_only=True)
+            self._pending = self._pending[-1:]
+        inp = torch.tensor(self._pending + [self.mask_token] * (k - 1))  # [k]
+        logits = self._align(self.lm.forward(inp, self._cache).float())  # [k, V]
         self.lm.rewind(self._cache, k - 1)
         self._fed = 0
         drafts = Drafts(sampling, generator, self.p_min, cut)

@@ -116,15 +116,22 @@ def test_one_target_forward_and_k_drafter_forwards_per_round(tiny_pair, lean):
     try:
         prompt = pair.encode("def fibonacci(n):", chat=False)
         result = pair.generate(prompt_ids=prompt, max_new_tokens=30, num_draft_tokens=3)
+        drafted = list(calls["draft"])
+        calls["draft"].clear()  # a generation that never drafts (1 token: no room for one) runs no drafter
+        pair.generate(prompt_ids=prompt, max_new_tokens=1, num_draft_tokens=3)
     finally:
         for h in hooks:
             h.remove()
+    assert calls["draft"] == []
+    calls["target"] = calls["target"][:-2]  # the 30-token generation's (the 1-token one: prefill, step)
+    calls["draft"] = drafted
     rounds = result.rounds
     assert len(calls["target"]) == 1 + len(rounds)  # prefill + one verify per round
     assert calls["target"][0] == len(prompt) - 1
     assert calls["target"][1:] == [len(r.drafted) + 1 for r in rounds]
     drafting_rounds = [r for r in rounds if r.drafted]
-    assert len(calls["draft"]) == 1 + sum(len(r.drafted) for r in drafting_rounds)  # prefill + k per round
+    assert len(calls["draft"]) == sum(len(r.drafted) for r in drafting_rounds)  # k per round, no prefill:
+    assert calls["draft"][0] == len(prompt)  # the first draft runs the whole prompt (none ran before it)
 
 
 def test_plain_decoding_is_one_bonus_token_per_round(tiny_pair):
