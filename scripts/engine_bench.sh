@@ -7,16 +7,20 @@
 # tokens. Then the verify cost by quantization type (scripts/llama_costs.py).
 #
 #   bash scripts/llama_cpp.sh build           # llama-server from source (once, ~15 min on 2 cores)
-#   bash scripts/engine_bench.sh              # ~40 min; docs/data/bench-real/*-engine-t*.json, llama-costs.json
+#   bash scripts/engine_bench.sh              # ~20 min; docs/data/bench-real/*-engine-t*.json, llama-costs.json
+#   MODELS=smollm2-135m REPEATS=3 COSTS=0 bash scripts/engine_bench.sh   # one model, each prompt's median
+#                                             # of 3 runs, no v(n) table
 #   python scripts/real_tables.py             # the tables
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=docs/data/bench-real
-for model in smollm2-135m gemma3-270m; do
+for model in ${MODELS:-smollm2-135m gemma3-270m}; do
   for threads in 1 2; do
     THREADS=$threads bash scripts/llama_cpp.sh bench-engine "$model" --prompts "$OUT/engine-prompts.jsonl" \
-      --max-new-tokens 128 --json "$OUT/$model-engine-t$threads.json" > "$OUT/$model-engine-t$threads.txt" \
-      || echo "bench $model t$threads exited $? (its errors are in the report)" >&2
+      --max-new-tokens 128 --repeats "${REPEATS:-1}" --json "$OUT/$model-engine-t$threads.json" \
+      > "$OUT/$model-engine-t$threads.txt" || echo "bench $model t$threads exited $? (its errors are in the report)" >&2
   done
 done
-python scripts/llama_costs.py --out "$OUT/llama-costs.json"
+if [ "${COSTS:-1}" = 1 ]; then
+  python scripts/llama_costs.py --out "$OUT/llama-costs.json"
+fi
