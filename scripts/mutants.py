@@ -64,16 +64,15 @@ MUTANTS = [
     dict(
         id="verify-one-hot-residual-keeps-draft", area="engine/verify", lossy=True,
         why="a deterministic draft's correction drawn from p itself, the refused token left in",
-        old="    refused = p.clone()\n    refused[drafted] = 0.0\n",
-        new="    refused = p.clone()\n",
+        old="return residual_distribution(p, q) if q is not None else without(p, [drafted])",
+        new="return residual_distribution(p, q) if q is not None else p",
         tests=["test_verify.py"],
     ),
     dict(
         id="verify-tree-correction-keeps-children", area="engine/verify", lossy=True,
         why="a deterministic tree's correction drawn from p itself, the refused children left in",
-        old="            if tried:\n"
-        "                refused[torch.tensor(sorted(tried), device=device)] = 0.0\n",
-        new="",
+        old="token = int(sample(without(p[row], sorted(tried)), generator))",
+        new="token = int(sample(p[row], generator))",
         tests=["test_tree_lossless.py -k 'first_two_tokens'"],
     ),
     dict(
@@ -237,8 +236,8 @@ MUTANTS = [
     dict(
         id="draft-model-parallel-rows", area="drafters/draft_model", lossy=False,
         why="a parallel (PARD) draft reads its k distributions one position late",
-        old="logits = self._align(self.lm.forward(inp, self._cache)[n - 1 :].float())",
-        new="logits = self._align(self.lm.forward(inp, self._cache)[n:].float())",
+        old="logits = self._align(self.lm.forward(inp, self._cache).float())  # [k, V]",
+        new="logits = self._align(self.lm.forward(inp, self._cache)[1:].float())  # [k, V]",
         tests=["test_parallel_drafting.py -k pard"],
     ),
     dict(

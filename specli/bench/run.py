@@ -728,19 +728,19 @@ def transformers_generate(
 
     device = pair.target.device
     ids = torch.tensor([prompt_ids], device=device)
-    sampling = {}
+    asked: dict[str, Any] = {}  # the settings transformers is told beyond its defaults
     if not settings.greedy:
-        sampling = dict(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p)
-        sampling |= {"min_p": settings.min_p} if settings.min_p else {}
+        asked = dict(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p)
+        asked |= {"min_p": settings.min_p} if settings.min_p else {}
     if settings.ignore_eos:
-        sampling["eos_token_id"] = None  # transformers 5: no EOS ends the generation
+        asked["eos_token_id"] = None  # transformers 5: no EOS ends the generation
     torch.manual_seed(seed)
     kwargs = dict(
         attention_mask=torch.ones_like(ids),
         max_new_tokens=settings.max_new_tokens,
         do_sample=not settings.greedy,
         pad_token_id=pair.tokenizer.pad_token_id or (sorted(pair.eos_ids) or [0])[0],
-        **sampling,
+        **asked,
         **extra,
     )
     early_exit = "assistant_early_exit" in extra  # the target drafts for itself

@@ -89,16 +89,21 @@ def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.where(total > 0, residual / total.clamp_min(torch.finfo(p.dtype).tiny), p)
 
 
-def residual_row(p: torch.Tensor, q: torch.Tensor | None, drafted: int) -> torch.Tensor:
-    """One position's residual [V] -> [V]: normalize(max(0, p - q)); q None is one-hot at `drafted` (a
-    deterministic draft), whose residual is p without that token, renormalised (p itself if nothing is
-    left)."""
-    if q is not None:
-        return residual_distribution(p, q)
+def without(p: torch.Tensor, tokens: Sequence[int]) -> torch.Tensor:
+    """p [V] with `tokens` removed, renormalised (p itself if nothing is left): the residual of one-hot
+    proposals at those tokens, refused."""
+    if not tokens:
+        return p
     refused = p.clone()
-    refused[drafted] = 0.0
+    refused[torch.tensor(list(tokens), device=p.device)] = 0.0
     total = refused.sum()
     return refused / total if total > 0 else p
+
+
+def residual_row(p: torch.Tensor, q: torch.Tensor | None, drafted: int) -> torch.Tensor:
+    """One position's residual [V] -> [V]: normalize(max(0, p - q)); q None is one-hot at `drafted` (a
+    deterministic draft), whose residual is p without that token."""
+    return residual_distribution(p, q) if q is not None else without(p, [drafted])
 
 
 def verify_sampling(
@@ -342,11 +347,7 @@ def verify_tree_sampling(
             status[child] = "rejected"
             refused_mass += p_list[child]
         if matched is None:  # the correction: from p without the children tried there (p at a leaf)
-            refused = p[row].clone()
-            if tried:
-                refused[torch.tensor(sorted(tried), device=device)] = 0.0
-            total = refused.sum()
-            token = int(sample(refused if total > 0 else p[row], generator))
+            token = int(sample(without(p[row], sorted(tried)), generator))
             break
         path.append(matched)
         row = matched + 1
@@ -472,11 +473,7 @@ def tree_token_distribution(verdict: Verdict, p: torch.Tensor, q: torch.Tensor |
             q_now[token] = 0.0
             q_now = q_now / q_now.sum().clamp_min(torch.finfo(p.dtype).tiny)
         return dist
-    dist = p[row].clone()
-    if tried:
-        dist[torch.tensor(tried, device=dist.device)] = 0.0
-    total = dist.sum()
-    return dist / total if total > 0 else p[row]
+    return without(p[row], tried)
 
 
 def verify_tree(
