@@ -11,7 +11,9 @@
 #   spec    Spec-Bench's question.jsonl (../shared/data/spec_bench), the first prompt of each of its 13
 #           categories, on the llama.cpp engine beside llama-server, 2 threads, greedy
 # The bench prompts are docs/data/bench-real/engine-prompts.jsonl (12 prompts of 9 categories: the code set's
-# first two of each category, the chat set's first of each), 128 new tokens.
+# first two of each category, the chat set's first of each), 128 new tokens; PROMPTS= another file (the
+# committed sampled runs: category-prompts.jsonl, the first three of each category), SPEC_LIMIT= prompts of
+# each Spec-Bench category (1; the committed runs: 3).
 #
 #   bash scripts/llama_cpp.sh build           # llama-server from source (once, ~15 min on 2 cores)
 #   bash scripts/lookup_bench.sh [engine|torch|sampled|spec ...]   # all four by default, ~55 min
@@ -20,7 +22,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=docs/data/bench-real
-PROMPTS=$OUT/engine-prompts.jsonl
+PROMPTS=${PROMPTS:-$OUT/engine-prompts.jsonl}
 SPEC=${SPEC_BENCH:-../shared/data/spec_bench/question.jsonl}
 run() {  # $1: report name; the rest: the command
   local name=$1; shift
@@ -51,7 +53,7 @@ for part in "${@:-engine torch sampled spec}"; do
       spec)
         for model in ${MODELS:-smollm2-135m gemma3-270m}; do
           THREADS=2 run "$model-lookup-specbench-t2" bash scripts/llama_cpp.sh bench-lookup "$model" \
-            --prompts "$SPEC" --limit 1 --max-new-tokens 128
+            --prompts "$SPEC" --limit "${SPEC_LIMIT:-1}" --max-new-tokens 128
         done ;;
       *) echo "unknown part $p (engine, torch, sampled or spec)" >&2; exit 2 ;;
     esac
