@@ -8,7 +8,7 @@
 # (scripts/llama_costs.py).
 #
 #   bash scripts/llama_cpp.sh build           # llama-server from source (once, ~15 min on 2 cores)
-#   bash scripts/engine_bench.sh              # ~30 min; docs/data/bench-real/*-engine-t*.json, llama-costs.json
+#   bash scripts/engine_bench.sh              # ~1 hour; docs/data/bench-real/*-engine-t*.json, llama-costs.json
 #   MODELS=smollm2-135m REPEATS=2 COSTS=0 bash scripts/engine_bench.sh   # one model, each prompt's median
 #                                             # of 2 runs, no v(n) table
 #   python scripts/real_tables.py             # the tables

@@ -7,22 +7,23 @@
 #   torch   specli --engine torch (plain, lookup) beside transformers' generate() plain and prompt lookup
 #           (k 16 n-gram 3, and its docs' k 10): both models, 2 threads (TORCH_THREADS), greedy
 #   sampled the engine runs at T = 0.7, 2 threads, every run to 128 tokens (--ignore-eos: sampled texts end
-#           at different lengths, and tok/s would weigh different shares of prefill)
-#   spec    Spec-Bench's question.jsonl (../shared/data/spec_bench), the first prompt of each of its 13
-#           categories, on the llama.cpp engine beside llama-server, 2 threads, greedy
-# The bench prompts are docs/data/bench-real/engine-prompts.jsonl (12 prompts of 9 categories: the code set's
-# first two of each category, the chat set's first of each), 128 new tokens; PROMPTS= another file (the
-# committed sampled runs: category-prompts.jsonl, the first three of each category), SPEC_LIMIT= prompts of
-# each Spec-Bench category (1; the committed runs: 3).
+#           at different lengths, and tok/s would weigh different shares of prefill), over the 27 prompts
+#           of docs/data/bench-real/category-prompts.jsonl (the code and chat sets' first three of each
+#           category)
+#   spec    Spec-Bench's question.jsonl (../shared/data/spec_bench), the first three prompts of each of
+#           its 13 categories, on the llama.cpp engine beside llama-server, 2 threads, greedy
+# engine and torch run docs/data/bench-real/engine-prompts.jsonl (12 prompts of 9 categories: the code set's
+# first two of each category, the chat set's first of each); 128 new tokens; PROMPTS= one file for all.
 #
 #   bash scripts/llama_cpp.sh build           # llama-server from source (once, ~15 min on 2 cores)
-#   bash scripts/lookup_bench.sh [engine|torch|sampled|spec ...]   # all four by default, ~55 min
+#   bash scripts/lookup_bench.sh [engine|torch|sampled|spec ...]   # all four by default, ~75 min
 #   MODELS=gemma3-270m bash scripts/lookup_bench.sh engine           # one model's runs only
 #   python scripts/real_tables.py             # the tables
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=docs/data/bench-real
-PROMPTS=${PROMPTS:-$OUT/engine-prompts.jsonl}
+GREEDY_PROMPTS=${PROMPTS:-$OUT/engine-prompts.jsonl}
+SAMPLED_PROMPTS=${PROMPTS:-$OUT/category-prompts.jsonl}
 SPEC=${SPEC_BENCH:-../shared/data/spec_bench/question.jsonl}
 run() {  # $1: report name; the rest: the command
   local name=$1; shift
@@ -35,25 +36,25 @@ for part in "${@:-engine torch sampled spec}"; do
         for model in ${MODELS:-smollm2-135m gemma3-270m}; do
           for threads in 1 2; do
             THREADS=$threads run "$model-lookup-engine-t$threads" bash scripts/llama_cpp.sh bench-lookup "$model" \
-              --prompts "$PROMPTS" --max-new-tokens 128 --repeats "${REPEATS:-2}"
+              --prompts "$GREEDY_PROMPTS" --max-new-tokens 128 --repeats "${REPEATS:-2}"
           done
         done ;;
       torch)
         for model in ${MODELS:-smollm2-135m gemma3-270m}; do
           for threads in ${TORCH_THREADS:-2}; do
             run "$model-lookup-torch-t$threads" specli bench --preset "$model" --engine torch --strategy none \
-              --strategy lookup --compare-hf --threads "$threads" --prompts "$PROMPTS" --max-new-tokens 128
+              --strategy lookup --compare-hf --threads "$threads" --prompts "$GREEDY_PROMPTS" --max-new-tokens 128
           done
         done ;;
       sampled)
         for model in ${MODELS:-smollm2-135m gemma3-270m}; do
           THREADS=2 run "$model-lookup-engine-T0.7-t2" bash scripts/llama_cpp.sh bench-lookup "$model" \
-            --prompts "$PROMPTS" --max-new-tokens 128 --temperature 0.7 --seed 0 --ignore-eos
+            --prompts "$SAMPLED_PROMPTS" --max-new-tokens 128 --temperature 0.7 --seed 0 --ignore-eos
         done ;;
       spec)
         for model in ${MODELS:-smollm2-135m gemma3-270m}; do
           THREADS=2 run "$model-lookup-specbench-t2" bash scripts/llama_cpp.sh bench-lookup "$model" \
-            --prompts "$SPEC" --limit "${SPEC_LIMIT:-1}" --max-new-tokens 128
+            --prompts "$SPEC" --limit 3 --max-new-tokens 128
         done ;;
       *) echo "unknown part $p (engine, torch, sampled or spec)" >&2; exit 2 ;;
     esac
