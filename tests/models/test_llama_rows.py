@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,18 @@ def kquant(ggufs, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("kquant") / "tiny-q4_k_m.gguf"
     params = llama.llama_model_quantize_default_params()
     params.ftype = llama.LLAMA_FTYPE_MOSTLY_Q4_K_M
+    assert llama.llama_model_quantize(str(ggufs["tiny-target"]).encode(), str(path).encode(), params) == 0
+    return path
+
+
+@pytest.fixture(scope="module")
+def q8(ggufs, tmp_path_factory) -> Path:
+    """The embedded target requantized by llama.cpp to Q8_0 (every matrix Q8_0, as both real models'
+    tied LM heads are)."""
+    llama = llama_or_skip()
+    path = tmp_path_factory.mktemp("q8") / "tiny-q8_0.gguf"
+    params = llama.llama_model_quantize_default_params()
+    params.ftype = llama.LLAMA_FTYPE_MOSTLY_Q8_0
     assert llama.llama_model_quantize(str(ggufs["tiny-target"]).encode(), str(path).encode(), params) == 0
     return path
 
@@ -80,6 +93,17 @@ def test_the_documented_build_scores_every_batch_as_steps(ggufs, kquant, name):
     sgemm at all)."""
     rule = _measure(kquant if name == "kquant" else ggufs[name], NOT_TILED)
     assert rule == RowRule(), rule
+
+
+@pytest.mark.parametrize("rows", ["2", "17", "64"])
+def test_q8_0_batches_round_as_steps_through_either_kernel(q8, rows):
+    """The documented build takes Q8_0 weights through ggml's dot products below
+    GGML_CPU_SGEMM_Q8_0_ROWS rows (default 17: faster there) and llamafile's sgemm from there on, a lone
+    step always through the dot products: both must round a Q8_0 row alike, so every tested batch and
+    prompt scores as steps wherever the switch stands (2: every batch through sgemm, as upstream; 64:
+    none). Upstream's route has no sgemm: the same."""
+    rule = _measure(q8, {**NOT_TILED, "GGML_CPU_SGEMM_Q8_0_ROWS": rows})
+    assert replace(rule, flash=False) == RowRule(), rule
 
 
 def test_the_documented_build_tiles_k_quant_prompts_alike_and_verifies_as_steps(kquant):
@@ -273,7 +297,8 @@ def test_where_prompts_round_alike_a_new_prompt_reuses_the_earlier_prompts_cells
         pytest.skip("upstream's route runs no tiled prompts: every batch scores as steps (shared)")
     pair = specli.load(target=str(kquant), strategy="none", engine="llama.cpp", threads=1)
     lm = pair.target
-    assert lm.rule == RowRule(prefill_exact=False, prefill_rows=33), lm.rule
+    # flash attention is the probe's timed choice (either is exact here): the rule apart from it
+    assert replace(lm.rule, flash=False) == RowRule(prefill_exact=False, prefill_rows=33), lm.rule
     reference = Reference(kquant, threads=1, flash=lm.rule.flash)
     pair.generate(prompt_ids=LONG_PROMPT, max_new_tokens=4, chat=False, ignore_eos=True)
     # extending it; a short one (one untiled batch); a long one sharing only the short one's cells
