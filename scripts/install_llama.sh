@@ -10,9 +10,14 @@
 #   a lone token to ggml's dot products, which round differently (F16 attention products, Q5_0 ...):
 #   single tokens would need padding to 2 rows, prompts rounding apart from steps. Here steps, verifies
 #   and prompts share one kernel, so a verify of 17 tokens runs the batch kernel (Gemma 3 270M: 4.3
-#   one-token steps instead of 6.4) and a new prompt may reuse an earlier one's cells. Q8_0 alone keeps
-#   ggml's dot products for one row: sgemm is slower there, and both round a Q8_0 row alike (the probe
-#   checks every file).
+#   one-token steps instead of 6.4) and a new prompt may reuse an earlier one's cells. Q8_0 weights (the
+#   tied LM head of both real models) take sgemm from GGML_CPU_SGEMM_Q8_0_ROWS rows (read at every
+#   product; unset: 17) and ggml's dot products below: which is faster for a few rows depends on the CPU
+#   (AMD EPYC Zen 5, 1 thread, Gemma 3 270M: 2 rows 39 ms against 23, 17 rows 124 against 139), so the
+#   engine times both per file and sets it. Both round a Q8_0 row alike (the probe checks every file).
+#   Other types take sgemm from GGML_CPU_SGEMM_ROWS rows (unset: 1); 32 gives steps and verifies ggml's
+#   dot products and prompts sgemm (exact too: the probe measures the rule under it), which decodes
+#   faster where sgemm's single rows are slow (docs/performance.md, "On a second machine").
 # - flash attention's one-token path without its key split, and its batch path without query tiles
 #   (ops.cpp): upstream splits a lone query's keys over the threads once 512 KV cells are live and tiles
 #   64 queries or more, both rounding unlike a step. Here every query row runs whole on one thread, so
@@ -38,7 +43,7 @@
 set -euo pipefail
 VERSION=0.3.36
 PY=${PYTHON:-python}
-BUILD=4  # bump when a patch changes: the kept wheel's folder is named by it
+BUILD=5  # bump when a patch changes: the kept wheel's folder is named by it
 WHEELS=${SPECLI_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/specli/wheels}/llama-cpp-python-$VERSION-specli$BUILD
 NOAMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 
@@ -59,9 +64,9 @@ if [ -z "$wheel" ]; then
       exit 1
     fi
   }
-  # sgemm for every row count, but a lone Q8_0 row
+  # sgemm from GGML_CPU_SGEMM_ROWS rows (unset: every row count), Q8_0 weights from GGML_CPU_SGEMM_Q8_0_ROWS (unset: 17)
   patch llamafile/sgemm.cpp '    if (n < 2)' \
-    's|^    if (n < 2)$|    if (n < 2 \&\& Atype == GGML_TYPE_Q8_0)  // specli: one kernel for every row count|'
+    's|^    if (n < 2)$|    const char * q8_rows = getenv("GGML_CPU_SGEMM_Q8_0_ROWS"), * rows = getenv("GGML_CPU_SGEMM_ROWS"); if (n < (Atype == GGML_TYPE_Q8_0 ? (q8_rows ? atoi(q8_rows) : 17) : (rows ? atoi(rows) : 1)))  // specli: one kernel for every row count|'
   # flash attention: a lone query's keys in order, as a batch row's
   patch ops.cpp 'q->type == GGML_TYPE_F32 && nek1 >= 512;' \
     's|q->type == GGML_TYPE_F32 \&\& nek1 >= 512;$|q->type == GGML_TYPE_F32 \&\& nek1 >= 512 \&\& false;  // specli|'

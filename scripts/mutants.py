@@ -397,9 +397,23 @@ MUTANTS = [
         id="llama-costs-not-kept", area="models/llama_cpp", lossy=False,
         why="the verify timings are measured by every process again: a CLI run times ~40 forwards before "
         "its first token",
-        old="                write_costs(self.model.path, threads, self.rule, kept)",
+        old="                write_costs(self.model.path, threads, self.rule, *kept)",
         new="                pass",
         tests=["test_llama_engine.py -k kept"],
+    ),
+    dict(
+        id="llama-q8-rows-not-set", area="models/llama_cpp", lossy=False,
+        why="the Q8_0 kernel the engine timed faster is never set: every file runs the build's default",
+        old="            library().set_q8_rows(self.q8_rows)",
+        new="            pass",
+        tests=["test_llama_engine.py -k q8_0"],
+    ),
+    dict(
+        id="llama-q8-rows-slower-kernel", area="models/llama_cpp", lossy=False,
+        why="the Q8_0 row count is chosen where sgemm was slower, not faster",
+        old="        if sgemm[n] > dots[n]:",
+        new="        if sgemm[n] < dots[n]:",
+        tests=["test_llama_engine.py -k q8_0"],
     ),
     dict(
         id="llama-probe-pads-without-logits", area="models/llama_cpp", lossy=False,

@@ -393,8 +393,8 @@ class Pair:
 
     def describe_engine(self) -> str:
         """The engine and what it runs, for a header line: "torch", or "llama.cpp (FILE.gguf, Q4_1, 94 MiB, 2
-        threads)", with ", flash attention" where the probe turned it on and the row rule when the file
-        needs one ("; single tokens padded to 2 rows")."""
+        threads)", with ", flash attention" where the probe turned it on, the Q8_0 kernel switch once chosen
+        (`LlamaLM.q8_rows`) and the row rule when the file needs one ("; single tokens padded to 2 rows")."""
         if self.engine != engines.LLAMA:
             return self.engine
         import torch
@@ -405,7 +405,9 @@ class Pair:
         rule = "" if self.target.rule.costs_nothing else f"; {self.target.rule.describe()}"
         cores = f"{threads} thread" + ("s" if threads != 1 else "")
         attention = ", flash attention" if self.target.rule.flash else ""
-        return f"{self.engine} ({model.path.name}, {self.weights_dtype}, {size}, {cores}{attention}{rule})"
+        rows = self.target.q8_rows  # chosen once the verify costs were timed (or read)
+        kernels = attention + (f", Q8_0 through sgemm from {rows} rows" if rows is not None else "")
+        return f"{self.engine} ({model.path.name}, {self.weights_dtype}, {size}, {cores}{kernels}{rule})"
 
     @property
     def weights_dtype(self) -> str:

@@ -507,3 +507,88 @@ def test_verify_timings_are_kept_for_the_next_process(pair, tmp_path, monkeypatc
     other.rule = replace(other.rule, most=9)
     assert set(other.verify_costs()) == set(VERIFY_LENGTHS)
     assert len(list(tmp_path.glob("llama-probe/*-costs.json"))) == 2
+
+
+def test_q8_0_products_take_sgemm_from_where_it_is_as_fast_at_every_size():
+    """`q8_rows` (from which row count Q8_0 batches take llamafile's sgemm) from forwards timed with every
+    batch through sgemm and through ggml's dot products: the fewest timed rows from which sgemm is as
+    fast at every larger size too; prompts only (32) where the dot products win the largest."""
+    from specli.models.llama_cpp.lm import DOT_ROWS, q8_rows
+
+    sizes = (1, 2, 3, 5, 9, 17)
+    # AMD EPYC Zen 5, 1 thread, Gemma 3 270M (ms): the dot products win up to 9 rows, sgemm at 17
+    sgemm = dict(zip(sizes, (12.1, 39.1, 47.9, 81.8, 98.6, 123.8), strict=True))
+    dots = dict(zip(sizes, (12.1, 22.7, 29.5, 45.5, 72.8, 139.2), strict=True))
+    assert q8_rows(sgemm, dots) == 17
+    faster = {n: seconds / 2 for n, seconds in dots.items()}
+    assert q8_rows(faster, dots) == 2  # sgemm faster everywhere
+    assert q8_rows(faster, {**faster, 9: 30.0}) == 17  # ties go to sgemm; it lost at 9: from 17 on
+    assert q8_rows(sgemm, {**dots, 17: 100.0}) == DOT_ROWS  # the dot products win the largest
+    assert q8_rows({**faster, 5: 50.0}, dots) == 9  # sgemm lost at 5: from 9 on, where it wins throughout
+
+
+@pytest.fixture(scope="module")
+def q8_lm(ggufs, tmp_path_factory):
+    """The tiny target requantized by llama.cpp to Q8_0 (the real models' tied LM heads are Q8_0)."""
+    from specli.models.llama_cpp.library import library
+    from specli.models.llama_cpp.lm import LlamaLM, LlamaModel
+
+    llama = library().llama
+    path = tmp_path_factory.mktemp("q8") / "tiny-q8_0.gguf"
+    params = llama.llama_model_quantize_default_params()
+    params.ftype = llama.LLAMA_FTYPE_MOSTLY_Q8_0
+    assert llama.llama_model_quantize(str(ggufs["tiny-target"]).encode(), str(path).encode(), params) == 0
+    return LlamaLM(LlamaModel(path, path.name, None))
+
+
+@pytest.mark.parametrize("n", [2, 8, 17])
+def test_a_q8_0_batch_is_bitwise_one_token_steps_through_either_kernel(q8_lm, n):
+    """Q8_0 weights, a verify of n tokens, with the engine's switch at every batch through sgemm and at
+    every batch through the dot products (a step takes the dot products): the very logits of n
+    one-token steps, the switch set in the process's environment as the forward runs."""
+    import os
+
+    from specli.models.llama_cpp.library import Q8_ROWS, library
+    from specli.models.llama_cpp.lm import DOT_ROWS, SGEMM_ROWS
+
+    lm = q8_lm
+    ids = torch.arange(5, 5 + 24 + n)
+    for rows in (SGEMM_ROWS, DOT_ROWS):
+        lm.q8_rows = rows
+        one = lm.new_cache()
+        lm.forward(ids[:24], one, last_only=True)
+        steps = torch.stack([lm.forward(ids[i : i + 1], one)[0].clone() for i in range(24, 24 + n)])
+        batched = lm.new_cache()
+        lm.forward(ids[:3], batched, last_only=True)  # a different prefix: nothing is reused
+        lm.forward(ids[3:24], batched, last_only=True)
+        assert torch.equal(lm.forward(ids[24:], batched).clone(), steps), rows
+        if library().user_q8_rows is None:
+            assert os.environ[Q8_ROWS] == str(rows)
+
+
+def test_a_q8_0_file_is_timed_under_both_kernels_and_the_choice_is_kept(q8_lm, tmp_path, monkeypatch):
+    """verify_costs on a file with Q8_0 matrices times its forwards under each kernel, keeps the faster
+    one's row count with the timings (a fresh engine reads both without a forward) and sets it for its
+    forwards; where the user set the switch it times once and leaves it alone."""
+    from specli.models.llama_cpp.library import library
+    from specli.models.llama_cpp.lm import DOT_ROWS, VERIFY_LENGTHS, LlamaLM
+
+    monkeypatch.setenv("SPECLI_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(library(), "user_q8_rows", None)
+    lm = LlamaLM(q8_lm.model)
+    calls = []
+    timed_once = lm._time_forwards
+    monkeypatch.setattr(lm, "_time_forwards", lambda threads: calls.append(lm.q8_rows) or timed_once(threads))
+    seconds = lm.verify_costs()
+    assert calls == [2, DOT_ROWS] and lm.q8_rows in (*VERIFY_LENGTHS[1:], DOT_ROWS), (calls, lm.q8_rows)
+    assert set(seconds) == set(VERIFY_LENGTHS)
+    fresh = LlamaLM(q8_lm.model)
+    monkeypatch.setattr(fresh, "forward", None)  # a forward would fail the call
+    assert fresh.verify_costs() == seconds and fresh.q8_rows == lm.q8_rows
+    monkeypatch.setattr(library(), "user_q8_rows", "5")
+    monkeypatch.setenv("SPECLI_CACHE_DIR", str(tmp_path / "user"))
+    chosen = LlamaLM(q8_lm.model)
+    calls.clear()
+    monkeypatch.setattr(chosen, "_time_forwards", lambda threads: calls.append(chosen.q8_rows) or {})
+    chosen._time_kernels(1)
+    assert calls == [None] and chosen.q8_rows is None

@@ -23,6 +23,10 @@ CMAKE_ARGS = (
 )
 INSTALL = f'CMAKE_ARGS="{CMAKE_ARGS}" pip install "specli-decode[llama]"'
 TILED_MM = "GGML_CPU_TILED_MM"  # ggml-cpu's switch for its tiled K-quant matmul (see `library`)
+# the documented build's switch, read at every matrix product: Q8_0 weights take llamafile's sgemm from
+# this many rows, ggml's dot products below (unset: 17). Which is faster depends on the CPU, so the engine
+# times both per file (`LlamaLM.verify_costs`) and sets it, unless the user did.
+Q8_ROWS = "GGML_CPU_SGEMM_Q8_0_ROWS"
 
 
 @dataclass
@@ -33,6 +37,14 @@ class Library:
     llama: Any
     log: list[str] = field(default_factory=list)
     callback: Any = None
+    user_q8_rows: str | None = None  # Q8_ROWS as the user set it (then the engine leaves it alone)
+    q8_rows: int | None = None  # what the engine set it to last
+
+    def set_q8_rows(self, rows: int) -> None:
+        """From which row count Q8_0 products take sgemm (`Q8_ROWS`), unless the user chose it."""
+        if self.user_q8_rows is None and rows != self.q8_rows:
+            os.environ[Q8_ROWS] = str(rows)
+            self.q8_rows = rows
 
     @property
     def system_info(self) -> str:
@@ -70,7 +82,7 @@ def library() -> Library:
         import llama_cpp as llama
     except ImportError as err:  # installed without its own dependencies, or a broken build
         raise missing_error(f" or does not import ({err})") from err
-    lib = Library(llama)
+    lib = Library(llama, user_q8_rows=os.environ.get(Q8_ROWS))
 
     def keep(level: int, text: bytes, _data: Any) -> None:
         if level in (3, 4):  # ggml's WARN and ERROR; debug, info and continuation lines are dropped

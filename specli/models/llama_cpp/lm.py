@@ -56,6 +56,21 @@ COSTS_SEQ = SEQUENCES - 2  # verify_costs' own sequence
 MIN_CONTEXT = 512
 CONTEXT_STEP = 256
 VERIFY_LENGTHS = (1, 2, 3, 5, 9, 17)  # the forwards `verify_costs` times
+# library.Q8_ROWS under which `verify_costs` times a file's Q8_0 products: every batch through llamafile's
+# sgemm; every batch below prompt size through ggml's dot products (a lone row always takes them)
+SGEMM_ROWS, DOT_ROWS = 2, 32
+
+
+def q8_rows(sgemm: dict[int, float], dots: dict[int, float]) -> int:
+    """From which row count Q8_0 products take sgemm, given forwards timed (seconds by rows) with every
+    batch through sgemm and through the dot products: the fewest timed rows from which sgemm is as fast
+    at every timed size; DOT_ROWS (prompts only) when the dot products win the largest."""
+    chosen = DOT_ROWS
+    for n in sorted((n for n in sgemm if n >= SGEMM_ROWS), reverse=True):
+        if sgemm[n] > dots[n]:
+            break
+        chosen = n
+    return chosen
 
 
 def _no_features() -> SpecliError:
@@ -181,6 +196,7 @@ class LlamaLM:
         self._generation = 0
         self._verify: dict[int, float] | None = None
         self._verify_key: tuple[int, RowRule] | None = None  # the thread count and rule they were timed under
+        self.q8_rows: int | None = None  # library.Q8_ROWS for this file's forwards (verify_costs chooses it)
         self._held: list[int] = []  # the tokens at chain positions 0.. of the context's live cache
         self._prompt_cells = 0  # how many of them prefill-sized batches wrote (reusable: rule.prefill_rows)
         self._live: LlamaCache | None = None
@@ -211,15 +227,31 @@ class LlamaLM:
         """Seconds of a forward of n tokens after a 64-token prefix, for n in VERIFY_LENGTHS (the best of
         three): the cost model's prior (draft_length). Measured once per file, build, thread count and
         rule, and kept in specli's cache beside the probe's answer (`probe.read_costs`): a later process
-        reads them instead of timing ~40 forwards before its first token."""
+        reads them instead of timing ~40 forwards before its first token. A file with Q8_0 matrices is
+        timed with their batches through llamafile's sgemm and through ggml's dot products (both round
+        as a step does: the probe checks), and its forwards take sgemm from the row count `q8_rows`
+        chooses (library.Q8_ROWS), unless the user set that switch."""
         threads = torch.get_num_threads()
         if self._verify is None or self._verify_key != (threads, self.rule):
             kept = read_costs(self.model.path, threads, self.rule)
-            if kept is None or set(kept) != set(VERIFY_LENGTHS):
-                kept = self._time_forwards(threads)
-                write_costs(self.model.path, threads, self.rule, kept)
-            self._verify, self._verify_key = kept, (threads, self.rule)
+            if kept is None or set(kept[0]) != set(VERIFY_LENGTHS):
+                kept = self._time_kernels(threads)
+                write_costs(self.model.path, threads, self.rule, *kept)
+            (self._verify, self.q8_rows), self._verify_key = kept, (threads, self.rule)
         return dict(self._verify)
+
+    def _time_kernels(self, threads: int) -> tuple[dict[int, float], int | None]:
+        """`_time_forwards` under each Q8_0 kernel (where the file has Q8_0 matrices and the user left the
+        switch alone): the seconds of the `q8_rows` choice, and that choice."""
+        types = read_header(self.model.path, self.model.name).tensor_types()
+        if library().user_q8_rows is not None or "Q8_0" not in types:
+            return self._time_forwards(threads), None
+        timed = {}
+        for rows in (SGEMM_ROWS, DOT_ROWS):
+            self.q8_rows = rows
+            timed[rows] = self._time_forwards(threads)
+        chosen = q8_rows(timed[SGEMM_ROWS], timed[DOT_ROWS])
+        return {n: timed[SGEMM_ROWS if n >= chosen else DOT_ROWS][n] for n in VERIFY_LENGTHS}, chosen
 
     def _time_forwards(self, threads: int) -> dict[int, float]:
         if self._ctx is None or threads != self._threads or self._flash != self.rule.flash:
@@ -310,6 +342,8 @@ class LlamaLM:
 
     def _decode(self, n: int, pad: int = 0) -> None:
         """Decode the batch's first n entries and `pad` throwaway rows (already written after them)."""
+        if self.q8_rows is not None:
+            library().set_q8_rows(self.q8_rows)
         self._batch.n_tokens = n + pad
         code = self.llama.llama_decode(self._ctx, self._batch)
         if pad:

@@ -17,13 +17,23 @@ import sys
 from pathlib import Path
 
 from specli.errors import ModelLoadError
+from specli.models.llama_cpp.library import INSTALL, Q8_ROWS, library
 from specli.models.llama_cpp.rows import MEASURE_VERSION, RowRule
 from specli.models.paths import specli_cache_dir
 
 TIMEOUT_S = 300
 # environment variables that choose ggml's kernels (the tiled K-quant matmul's, upstream's and the
 # documented build's names): a changed one may change the rule
-KERNEL_SWITCHES = ("GGML_CPU_TILED_MM", "GGML_CPU_TILED_PREFILL", "GGML_CPU_TILED_MM_FORCE")
+KERNEL_SWITCHES = (
+    "GGML_CPU_TILED_MM",
+    "GGML_CPU_TILED_PREFILL",
+    "GGML_CPU_TILED_MM_FORCE",
+    "GGML_CPU_SGEMM_ROWS",  # the documented build's: sgemm from that many rows for other types than Q8_0
+)
+# the Q8_0 switch (library.Q8_ROWS) the rule is measured under unless the user set it: every Q8_0 batch
+# through sgemm, a step through the dot products. Both must round a Q8_0 row alike for a rule of one row
+# (the engine then picks the faster kernel per row count, `LlamaLM.verify_costs`)
+PROBE_Q8_ROWS = "2"
 # the child: load the file as the engine does, decode, and measure the row rule (printed as JSON)
 _CHILD = """
 import json, sys
@@ -41,11 +51,11 @@ print("ok " + json.dumps(rule.to_json()))
 def _key(path: Path) -> str:
     import llama_cpp
 
-    library = Path(llama_cpp.__file__).parent
-    libs = sorted(str((p, p.stat().st_size, p.stat().st_mtime_ns)) for p in library.rglob("*.so*"))
+    package = Path(llama_cpp.__file__).parent
+    libs = sorted(str((p, p.stat().st_size, p.stat().st_mtime_ns)) for p in package.rglob("*.so*"))
     stat = path.stat()
     cpu = _cpu_flags()
-    switches = [os.environ.get(name) for name in KERNEL_SWITCHES]
+    switches = [os.environ.get(name) for name in KERNEL_SWITCHES] + [library().user_q8_rows]
     facts = [str(path.resolve()), stat.st_size, stat.st_mtime_ns, libs, cpu, switches, MEASURE_VERSION]
     text = json.dumps(facts)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
@@ -77,6 +87,7 @@ def check_runs(path: Path, name: str, threads: int) -> RowRule:
             capture_output=True,
             text=True,
             timeout=TIMEOUT_S,
+            env={**os.environ, Q8_ROWS: library().user_q8_rows or PROBE_Q8_ROWS},
         )
     except subprocess.TimeoutExpired:
         raise ModelLoadError(
@@ -96,31 +107,36 @@ def _costs_file(path: Path, threads: int, rule: RowRule) -> Path:
     return specli_cache_dir() / "llama-probe" / f"{_key(path)}-t{threads}-{tag}-costs.json"
 
 
-def read_costs(path: Path, threads: int, rule: RowRule) -> dict[int, float] | None:
+def read_costs(path: Path, threads: int, rule: RowRule) -> tuple[dict[int, float], int | None] | None:
     """The verify timings kept for this file, library, CPU, switches, thread count and rule (seconds by
-    tokens forwarded), or None."""
+    tokens forwarded) and the Q8_0 switch they were timed under (`library.Q8_ROWS`; None: not chosen),
+    or None."""
     try:
         kept = json.loads(_costs_file(path, threads, rule).read_text())
         if RowRule.from_json(kept["rule"]) != rule:
             return None
-        return {int(n): float(seconds) for n, seconds in kept["seconds"].items()}
+        q8_rows = kept.get("q8_0_rows")
+        seconds = {int(n): float(seconds) for n, seconds in kept["seconds"].items()}
+        return seconds, None if q8_rows is None else int(q8_rows)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
-def write_costs(path: Path, threads: int, rule: RowRule, seconds: dict[int, float]) -> None:
-    """Keep `seconds` for `read_costs` (a cache that cannot be written is skipped: measured again)."""
+def write_costs(
+    path: Path, threads: int, rule: RowRule, seconds: dict[int, float], q8_rows: int | None = None
+) -> None:
+    """Keep `seconds` (and the Q8_0 switch chosen) for `read_costs` (a cache that cannot be written is
+    skipped: measured again)."""
     file = _costs_file(path, threads, rule)
+    kept = {"file": str(path), "rule": rule.to_json(), "seconds": seconds, "q8_0_rows": q8_rows}
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
-        file.write_text(json.dumps({"file": str(path), "rule": rule.to_json(), "seconds": seconds}) + "\n")
+        file.write_text(json.dumps(kept) + "\n")
     except OSError:
         pass
 
 
 def _crash(name: str, code: int, stderr: str) -> ModelLoadError:
-    from specli.models.llama_cpp.library import INSTALL
-
     if code < 0:
         try:
             what = signal.Signals(-code).name
