@@ -586,6 +586,19 @@ def peak_memory_bytes(device: torch.device) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
+def cpu_model() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo), else the platform's processor string: speeds are
+    compared within a machine."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def environment(pair: Pair, dtype: str | None, quant: str | None) -> dict[str, Any]:
     import torch
     import transformers
@@ -600,6 +613,7 @@ def environment(pair: Pair, dtype: str | None, quant: str | None) -> dict[str, A
         "device_name": torch.cuda.get_device_name(device)
         if device.type == "cuda"
         else platform.processor() or "cpu",
+        "cpu_model": cpu_model(),
         "dtype": pair.weights_dtype,
         "engine": pair.engine,
         "engine_detail": pair.describe_engine(),
