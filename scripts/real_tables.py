@@ -449,6 +449,56 @@ def builds_table(folder: Path) -> str:
     return "\n".join(lines)
 
 
+KERNELS = {
+    "before": "sgemm for every row count, Q8_0 too (the build before)",
+    "after": "sgemm for every row count, Q8_0 timed per file",
+    "rows32": "dot products below 32 rows (GGML_CPU_SGEMM_ROWS=32), Q8_0 timed per file",
+}
+
+
+def _kernels(report: dict, kernels: str) -> str:
+    """How a report's products ran, with the Q8_0 row count the engine chose (its header names it)."""
+    detail = report["environment"].get("engine_detail", "")
+    if "Q8_0 through sgemm from " in detail:
+        return f"{KERNELS[kernels]}: from {detail.split('sgemm from ', 1)[1].split(' ')[0]} rows"
+    return KERNELS[kernels]
+
+
+def machine_table(folder: Path) -> str:
+    """The llama.cpp engine on a second machine (docs/data/bench-real/zen5, scripts/machine_bench.sh):
+    lookup against plain and llama-server's n-gram drafting, under each kernel setting."""
+    lines = [
+        "| model | threads | kernels | specli plain | plain: specli / server | specli lookup (× plain) "
+        "| lookup / n-gram | editing: lookup / n-gram | lowest category: lookup × plain |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for model, title in MODELS.items():
+        for threads in (1, 2):
+            for kernels in KERNELS:
+                report = _load(folder, f"{model}-{kernels}-t{threads}")
+                if report is None:
+                    continue
+                summary = report["summary"]
+                plain = summary["overall"]["none"]["tokens_per_second"]
+                lookup = summary["overall"]["lookup"]["tokens_per_second"]
+                server = _category_tps(report, "llama-server plain", None)
+                ngram = _category_tps(report, "llama-server ngram", None)
+                editing = summary["editing"]["lookup"]["tokens_per_second"]
+                ratios = {
+                    c: summary[c]["lookup"]["tokens_per_second"] / summary[c]["none"]["tokens_per_second"]
+                    for c in _categories(report)
+                }
+                lowest = min(ratios, key=ratios.__getitem__)
+                lines.append(
+                    f"| {title} | {threads} | {_kernels(report, kernels)} | {plain:.1f} | "
+                    f"{_ratio(plain, server)} | {lookup:.1f} ({lookup / plain:.2f}×) | "
+                    f"{_ratio(lookup, ngram)} | "
+                    f"{_ratio(editing, _category_tps(report, 'llama-server ngram', 'editing'))} | "
+                    f"{ratios[lowest]:.2f}× ({lowest}) |"
+                )
+    return "\n".join(lines)
+
+
 def main() -> None:
     folder = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/data/bench-real")
     print(plain_table(folder), end="\n\n")
@@ -461,7 +511,8 @@ def main() -> None:
     print(lookup_torch_table(folder), end="\n\n")
     print(lookup_category_table(folder), end="\n\n")
     print(specbench_table(folder), end="\n\n")
-    print(builds_table(folder))
+    print(builds_table(folder), end="\n\n")
+    print(machine_table(folder / "zen5"))
 
 
 if __name__ == "__main__":

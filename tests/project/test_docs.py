@@ -355,6 +355,28 @@ def test_the_build_table_is_the_committed_reports():
         assert json.loads(report.read_text())["errors"] == [], report.name
 
 
+def test_the_second_machine_table_is_the_committed_reports():
+    """docs/performance.md's table of the llama.cpp engine on a second machine is what
+    scripts/real_tables.py prints from docs/data/bench-real/zen5/ (2 models x 2 thread counts x 3 kernel
+    settings), and every run's outputs were plain decoding's, whichever kernels ran."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("real_tables", ROOT / "scripts" / "real_tables.py")
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    folder = ROOT / "docs" / "data" / "bench-real" / "zen5"
+    rows = tables.machine_table(folder).splitlines()
+    assert len(rows) == 2 + 12
+    performance = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+    for row in rows:
+        assert row in performance, row
+    reports = list(folder.glob("*.json"))
+    assert len(reports) == 12
+    for report in reports:
+        assert json.loads(report.read_text())["errors"] == [], report.name
+
+
 def test_the_heads_tables_are_the_committed_reports():
     """docs/performance.md's blockwise-heads tables are what scripts/heads_tables.py prints from
     docs/data/bench-heads/*.json (catches a figure edited by hand or a rerun whose reports were not
