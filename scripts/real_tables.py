@@ -283,6 +283,15 @@ def _categories(report: dict) -> list[str]:
     return [c for c in report["summary"] if c != "overall"]
 
 
+def _lowest_category(report: dict) -> tuple[float, str]:
+    """(lookup × plain, category) of the category where lookup gains least over plain decoding."""
+    summary = report["summary"]
+    return min(
+        (summary[c]["lookup"]["tokens_per_second"] / summary[c]["none"]["tokens_per_second"], c)
+        for c in _categories(report)
+    )
+
+
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -303,15 +312,7 @@ def lookup_engine_table(folder: Path) -> str:
         acc = endpoint_acceptance(report, "llama-server ngram")
         ours = lookup["tokens_per_second"]
         edit = report["summary"].get("editing", {}).get("lookup", {}).get("tokens_per_second")
-        lowest = min(
-            _categories(report),
-            key=lambda c: (
-                report["summary"][c]["lookup"]["tokens_per_second"]
-                / report["summary"][c]["none"]["tokens_per_second"]
-            ),
-        )
-        low = report["summary"][lowest]
-        low_ratio = low["lookup"]["tokens_per_second"] / low["none"]["tokens_per_second"]
+        low_ratio, lowest = _lowest_category(report)
         lines.append(
             f"| {title} | {label} | {plain:.1f} | {ours:.1f} ({ours / plain:.2f}×; {_rate(lookup)}) | "
             f"{_f(server)} | {_f(ngram)} ({_ratio(ngram, server)}; {_f(acc, 2)}) | {_ratio(ours, ngram)} | "
@@ -484,17 +485,13 @@ def machine_table(folder: Path) -> str:
                 server = _category_tps(report, "llama-server plain", None)
                 ngram = _category_tps(report, "llama-server ngram", None)
                 editing = summary["editing"]["lookup"]["tokens_per_second"]
-                ratios = {
-                    c: summary[c]["lookup"]["tokens_per_second"] / summary[c]["none"]["tokens_per_second"]
-                    for c in _categories(report)
-                }
-                lowest = min(ratios, key=ratios.__getitem__)
+                low_ratio, lowest = _lowest_category(report)
                 lines.append(
                     f"| {title} | {threads} | {_kernels(report, kernels)} | {plain:.1f} | "
                     f"{_ratio(plain, server)} | {lookup:.1f} ({lookup / plain:.2f}×) | "
                     f"{_ratio(lookup, ngram)} | "
                     f"{_ratio(editing, _category_tps(report, 'llama-server ngram', 'editing'))} | "
-                    f"{ratios[lowest]:.2f}× ({lowest}) |"
+                    f"{low_ratio:.2f}× ({lowest}) |"
                 )
     return "\n".join(lines)
 

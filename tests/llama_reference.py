@@ -30,6 +30,17 @@ def llama_or_skip():
     return library().llama
 
 
+def requantized(source: Path, folder: Path, ftype: str) -> Path:
+    """`source` requantized by llama.cpp's own `llama_model_quantize` to `ftype` (the LLAMA_FTYPE_MOSTLY_
+    suffix: "Q4_K_M", "Q8_0", ...), written into `folder`."""
+    llama = llama_or_skip()
+    path = folder / f"{source.stem}-{ftype.lower()}.gguf"
+    params = llama.llama_model_quantize_default_params()
+    params.ftype = getattr(llama, f"LLAMA_FTYPE_MOSTLY_{ftype}")
+    assert llama.llama_model_quantize(str(source).encode(), str(path).encode(), params) == 0, ftype
+    return path
+
+
 class Reference:
     """One GGUF file under llama.cpp, decoded one token at a time with `threads` threads."""
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from llama_reference import Reference, llama_or_skip
+from llama_reference import Reference, llama_or_skip, requantized
 from test_lossless_sampling import GreedyDraftReportingSoftmax, g_test_pvalue
 from typer.testing import CliRunner
 
@@ -124,14 +124,9 @@ def test_a_batch_scores_each_position_as_one_token_steps_do(pair):
 @pytest.fixture(scope="module")
 def kquant_lm(ggufs, tmp_path_factory):
     """The tiny target requantized by llama.cpp to Q4_K_M (its K-quant matmuls have a tiled batch path)."""
-    from specli.models.llama_cpp.library import library
     from specli.models.llama_cpp.lm import LlamaLM, LlamaModel
 
-    llama = library().llama
-    path = tmp_path_factory.mktemp("kquant") / "tiny-q4_k_m.gguf"
-    params = llama.llama_model_quantize_default_params()
-    params.ftype = llama.LLAMA_FTYPE_MOSTLY_Q4_K_M
-    assert llama.llama_model_quantize(str(ggufs["tiny-target"]).encode(), str(path).encode(), params) == 0
+    path = requantized(ggufs["tiny-target"], tmp_path_factory.mktemp("kquant"), "Q4_K_M")
     return LlamaLM(LlamaModel(path, path.name, None))
 
 
@@ -530,14 +525,9 @@ def test_q8_0_products_take_sgemm_from_where_it_is_as_fast_at_every_size():
 @pytest.fixture(scope="module")
 def q8_lm(ggufs, tmp_path_factory):
     """The tiny target requantized by llama.cpp to Q8_0 (the real models' tied LM heads are Q8_0)."""
-    from specli.models.llama_cpp.library import library
     from specli.models.llama_cpp.lm import LlamaLM, LlamaModel
 
-    llama = library().llama
-    path = tmp_path_factory.mktemp("q8") / "tiny-q8_0.gguf"
-    params = llama.llama_model_quantize_default_params()
-    params.ftype = llama.LLAMA_FTYPE_MOSTLY_Q8_0
-    assert llama.llama_model_quantize(str(ggufs["tiny-target"]).encode(), str(path).encode(), params) == 0
+    path = requantized(ggufs["tiny-target"], tmp_path_factory.mktemp("q8"), "Q8_0")
     return LlamaLM(LlamaModel(path, path.name, None))
 
 

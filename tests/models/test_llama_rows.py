@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import test_llama_engine as engine_tests
 import torch
-from llama_reference import Reference, llama_or_skip
+from llama_reference import Reference, requantized
 from test_llama_engine import CASES, PROMPTS
 
 import specli
@@ -35,24 +35,14 @@ ggufs = engine_tests.ggufs  # the fixture: the embedded pair as F32 GGUF files (
 @pytest.fixture(scope="module")
 def kquant(ggufs, tmp_path_factory) -> Path:
     """The embedded target requantized by llama.cpp to Q4_K_M (K-quant weights: ggml's tiled path)."""
-    llama = llama_or_skip()
-    path = tmp_path_factory.mktemp("kquant") / "tiny-q4_k_m.gguf"
-    params = llama.llama_model_quantize_default_params()
-    params.ftype = llama.LLAMA_FTYPE_MOSTLY_Q4_K_M
-    assert llama.llama_model_quantize(str(ggufs["tiny-target"]).encode(), str(path).encode(), params) == 0
-    return path
+    return requantized(ggufs["tiny-target"], tmp_path_factory.mktemp("kquant"), "Q4_K_M")
 
 
 @pytest.fixture(scope="module")
 def q8(ggufs, tmp_path_factory) -> Path:
     """The embedded target requantized by llama.cpp to Q8_0 (every matrix Q8_0, as both real models'
     tied LM heads are)."""
-    llama = llama_or_skip()
-    path = tmp_path_factory.mktemp("q8") / "tiny-q8_0.gguf"
-    params = llama.llama_model_quantize_default_params()
-    params.ftype = llama.LLAMA_FTYPE_MOSTLY_Q8_0
-    assert llama.llama_model_quantize(str(ggufs["tiny-target"]).encode(), str(path).encode(), params) == 0
-    return path
+    return requantized(ggufs["tiny-target"], tmp_path_factory.mktemp("q8"), "Q8_0")
 
 
 UPSTREAM = os.environ.get("SPECLI_LLAMA_BUILD") == "upstream"  # the CMAKE_ARGS route, not install_llama.sh
