@@ -3,9 +3,22 @@
 # kernels under which every forward that returns logits scores its rows exactly as one-token steps do,
 # and every forward runs llamafile's batch kernels (docs/design.md §15, "Which build").
 #
-# Five lines of ggml-cpu change (the script fails in two lines if one is gone), so that a forward of up to
-# 17 tokens scores each of its rows exactly as a one-token step does, with the fast kernels:
+# Nine lines of ggml-cpu change and one included file (the script fails in two lines if a changed line is
+# gone), so that a forward of up to 17 tokens scores each of its rows exactly as a one-token step does,
+# with the fast kernels:
 #
+# - specli's own tiles (scripts/llama_tiles.inc) for Q4_1 weights (SmolLM2's type), which upstream leaves
+#   to ggml's dot products at every row count, so a forward of n tokens cost nearly n steps, and for Q8_0
+#   weights (both real models' LM heads), whose llamafile tiles re-read the whole matrix for a remainder
+#   of 1-3 tokens and ran 4 weight rows at a time, slower than one here. A job is a tile of weight rows
+#   and runs every token against them while they sit in L1. AMD EPYC Zen 5, 1 thread: SmolLM2 Q4_1, 17
+#   tokens 80 ms against 51; Gemma 3 270M with its Q8_0 LM head from 2 rows, 5 / 9 / 17 tokens 31 / 53 /
+#   101 ms against 86 / 100 / 126 in llamafile's tiles and 46 / 72 / 135 through the dot products. Each
+#   output is summed in the same order whatever the tile (for Q8_0 as ggml's dot product sums it), so a
+#   batch scores each row as a lone token does.
+# - llamafile's Q4_0/Q5_0/IQ4_NL tiles one weight row at a time for up to 3 tokens, as specli's Q4_1
+#   tiles: 4-row tiles streamed the weights slower there (Gemma 3 270M, mostly Q5_0, Zen 5, 1 thread: a
+#   token 12.5-12.8 ms before, 10.6-11.5 after). The same sums in the same order: the same bits.
 # - llamafile's sgemm for every row count (llamafile/sgemm.cpp). Upstream takes it from 2 rows and leaves
 #   a lone token to ggml's dot products, which round differently (F16 attention products, Q5_0 ...):
 #   single tokens would need padding to 2 rows, prompts rounding apart from steps. Here steps, verifies
@@ -43,8 +56,9 @@
 set -euo pipefail
 VERSION=0.3.36
 PY=${PYTHON:-python}
-BUILD=5  # bump when a patch changes: the kept wheel's folder is named by it
+BUILD=6  # bump when a patch changes: the kept wheel's folder is named by it
 WHEELS=${SPECLI_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/specli/wheels}/llama-cpp-python-$VERSION-specli$BUILD
+HERE=$(cd "$(dirname "$0")" && pwd)
 NOAMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 
 wheel=$(ls "$WHEELS"/llama_cpp_python-"$VERSION"-*.whl 2>/dev/null | head -1 || true)
@@ -77,6 +91,17 @@ if [ -z "$wheel" ]; then
     's|^    return rows >= 8 [|][|] ggml_tiled_matmul_forced();$|    static const int least = [] { const char * e = getenv("GGML_CPU_TILED_ROWS"); return e ? atoi(e) : 32; }(); return rows >= least \|\| ggml_tiled_matmul_forced();  // specli|'
   patch tiled/tiled.cpp 'const char * env = getenv("GGML_CPU_TILED_MM");' \
     's|getenv("GGML_CPU_TILED_MM");$|getenv("GGML_CPU_TILED_PREFILL");  // specli|'
+  # llamafile's Q4_0/Q5_0/IQ4_NL tiles one weight row at a time for up to 3 tokens (as specli's Q4_1 tiles)
+  patch llamafile/sgemm.cpp '        mnpack(0, m, 0, n);  (in tinyBLAS_Q0_AVX)' \
+    '/^class tinyBLAS_Q0_AVX {$/,/^    __m128i iq4nlt;$/ s|^        mnpack(0, m, 0, n);$|        if (n <= 3) { n == 1 ? gemm<1, 1>(0, m, 0, n) : n == 2 ? gemm<1, 2>(0, m, 0, n) : gemm<1, 3>(0, m, 0, n); return; }  // specli: row by row\n&|'
+  # specli's own tiles for Q4_1 weights (upstream: ggml's dot products at every row count) and Q8_0 ones
+  cp "$HERE/llama_tiles.inc" "$cpu/llamafile/specli_tiles.inc"
+  patch llamafile/sgemm.cpp 'bool llamafile_sgemm(const struct ggml_compute_params * params, ...' \
+    's|^bool llamafile_sgemm(const struct ggml_compute_params \* params, int64_t m, int64_t n, int64_t k,$|#include "specli_tiles.inc"  // specli\n&|'
+  patch llamafile/sgemm.cpp '    case GGML_TYPE_IQ4_NL: {' \
+    's|^    case GGML_TYPE_IQ4_NL: {$|    case GGML_TYPE_Q4_1: return specli_sgemm(params, m, n, k, A, lda, B, ldb, C, ldc, Atype, Btype);  // specli\n&|'
+  patch llamafile/sgemm.cpp '    case GGML_TYPE_Q8_0: {' \
+    's|^    case GGML_TYPE_Q8_0: {$|    case GGML_TYPE_Q8_0: if (specli_sgemm(params, m, n, k, A, lda, B, ldb, C, ldc, Atype, Btype)) return true; {  // specli|'
   echo "building llama-cpp-python $VERSION (one matmul kernel for every row count; ~10 min on 2 cores)…"
   mkdir -p "$WHEELS"
   CMAKE_ARGS="-DGGML_NATIVE=ON -DGGML_LLAMAFILE=ON -DGGML_CPU_REPACK=OFF -DCMAKE_C_FLAGS='$NOAMX' -DCMAKE_CXX_FLAGS='$NOAMX'" \

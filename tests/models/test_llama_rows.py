@@ -45,6 +45,13 @@ def q8(ggufs, tmp_path_factory) -> Path:
     return requantized(ggufs["tiny-target"], tmp_path_factory.mktemp("q8"), "Q8_0")
 
 
+@pytest.fixture(scope="module")
+def q4_1(ggufs, tmp_path_factory) -> Path:
+    """The embedded target requantized by llama.cpp to Q4_1 (SmolLM2's type: upstream has no batch kernel
+    for it, the documented build its own tiles, scripts/llama_q4_1_sgemm.inc)."""
+    return requantized(ggufs["tiny-target"], tmp_path_factory.mktemp("q4_1"), "Q4_1")
+
+
 UPSTREAM = os.environ.get("SPECLI_LLAMA_BUILD") == "upstream"  # the CMAKE_ARGS route, not install_llama.sh
 # ggml's tiled K-quant matmul as upstream takes it (from 8 rows), on either build: upstream's switch, and
 # the documented build's own switch and threshold
@@ -94,6 +101,40 @@ def test_q8_0_batches_round_as_steps_through_either_kernel(q8, rows):
     none). Upstream's route has no sgemm: the same."""
     rule = _measure(q8, {**NOT_TILED, "GGML_CPU_SGEMM_Q8_0_ROWS": rows})
     assert replace(rule, flash=False) == RowRule(), rule
+
+
+@pytest.mark.parametrize("ftype", ["Q4_1", "Q5_0", "Q4_0"])
+def test_legacy_quant_batches_score_as_steps_through_the_documented_builds_tiles(ggufs, tmp_path, ftype):
+    """The documented build runs Q4_1 weights through its own tiles at every row count, a lone token too,
+    and Q4_0/Q5_0 (Gemma 3's main type) through llamafile's; both in 1-row tiles up to 3 tokens, 4-row
+    ones from 4, in 4-token columns and a narrower rest: every tested batch (2, 3, 4, 5, 8, 9, 16, 17)
+    and prompt scores its rows as steps. Upstream's route has no sgemm: ggml's dot products, as steps."""
+    rule = _measure(requantized(ggufs["tiny-target"], tmp_path, ftype), NOT_TILED)
+    assert replace(rule, flash=False) == RowRule(), rule
+
+
+def test_the_q4_1_tiles_compute_what_ggmls_dot_products_compute(q4_1, monkeypatch):
+    """The tiles are not only self-consistent but right: a forward of 12 tokens through them (GGML_CPU_
+    SGEMM_ROWS unset) and through ggml's dot products (64: below 64 rows) give the same logits up to
+    rounding and the same top token at every position; and the documented build has them compiled in."""
+    import llama_cpp
+
+    from specli.models.llama_cpp.lm import LlamaLM, LlamaModel
+
+    logits = {}
+    ids = torch.tensor([(7 * i + 3) % 90 + 5 for i in range(12)])
+    for rows in ("64", "1"):
+        monkeypatch.setenv("GGML_CPU_SGEMM_ROWS", rows)  # read at every product
+        lm = LlamaLM(LlamaModel(q4_1, q4_1.name, None, RowRule()))
+        logits[rows] = lm.forward(ids, lm.new_cache()).clone()
+        del lm
+    dots, tiles = logits["64"], logits["1"]
+    spread = float(dots.max() - dots.min())
+    assert torch.allclose(tiles, dots, rtol=0, atol=1e-3 * spread), (tiles - dots).abs().max()
+    assert torch.equal(tiles.argmax(-1), dots.argmax(-1))
+    if not UPSTREAM:
+        cpu = next(Path(llama_cpp.__file__).parent.rglob("libggml-cpu.so*"))
+        assert b"specli_tinyBLAS" in cpu.read_bytes(), f"{cpu} was built without the Q4_1 tiles"
 
 
 def test_the_documented_build_tiles_k_quant_prompts_alike_and_verifies_as_steps(kquant):
