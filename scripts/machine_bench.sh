@@ -6,10 +6,14 @@
 # chooses them per file ("after"); with GGML_CPU_SGEMM_Q8_0_ROWS=2 set as a user would ("before": every
 # Q8_0 batch through llamafile's sgemm, the kernels of the build before that switch); and with
 # GGML_CPU_SGEMM_ROWS=32 ("rows32": every other type through ggml's dot products below 32 rows, steps and
-# verifies alike, prompts through sgemm).
+# verifies alike, prompts through sgemm). Those three ran on the build before the Q4_1 tiles (BUILD=5 of
+# scripts/install_llama.sh: `git show c6798df:scripts/install_llama.sh`); "tiles" is this build's default
+# kernels (Q4_1 weights through their own tiles, a forward of up to 3 tokens row by row), the default.
 #
 #   bash scripts/llama_cpp.sh build      # llama-server from source (once)
-#   bash scripts/machine_bench.sh        # ~45 min on 2 cores; $OUT/MODEL-KERNELS-tTHREADS.json
+#   bash scripts/machine_bench.sh        # ~20 min on 2 cores; $OUT/MODEL-KERNELS-tTHREADS.json, and v(n) by
+#                                        # quantization type on this build ($OUT/llama-costs.json)
+#   KERNELS="after before rows32" bash scripts/machine_bench.sh   # the build-5 runs, ~45 min
 #   python scripts/real_tables.py        # the table (last)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +21,7 @@ OUT=${OUT:-docs/data/bench-real/zen5}
 mkdir -p "$OUT"
 for model in ${MODELS:-smollm2-135m gemma3-270m}; do
   for threads in 1 2; do
-    for kernels in after before rows32; do
+    for kernels in ${KERNELS:-tiles}; do
       unset GGML_CPU_SGEMM_Q8_0_ROWS GGML_CPU_SGEMM_ROWS
       if [ "$kernels" = before ]; then export GGML_CPU_SGEMM_Q8_0_ROWS=2; fi
       if [ "$kernels" = rows32 ]; then export GGML_CPU_SGEMM_ROWS=32; fi
@@ -28,3 +32,4 @@ for model in ${MODELS:-smollm2-135m gemma3-270m}; do
     done
   done
 done
+python scripts/llama_costs.py --out "$OUT/llama-costs.json" > /dev/null

@@ -451,9 +451,10 @@ def builds_table(folder: Path) -> str:
 
 
 KERNELS = {
-    "before": "sgemm for every row count, Q8_0 too (the build before)",
-    "after": "sgemm for every row count, Q8_0 timed per file",
-    "rows32": "dot products below 32 rows (GGML_CPU_SGEMM_ROWS=32), Q8_0 timed per file",
+    "before": "build 5: sgemm for every row count, Q8_0 too",
+    "after": "build 5: sgemm for every row count, Q8_0 timed per file",
+    "rows32": "build 5: dot products below 32 rows (GGML_CPU_SGEMM_ROWS=32), Q8_0 timed per file",
+    "tiles": "build 6: specli's Q4_1 and Q8_0 tiles, small batches row by row, Q8_0 timed per file",
 }
 
 

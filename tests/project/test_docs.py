@@ -357,8 +357,9 @@ def test_the_build_table_is_the_committed_reports():
 
 def test_the_second_machine_table_is_the_committed_reports():
     """docs/performance.md's table of the llama.cpp engine on a second machine is what
-    scripts/real_tables.py prints from docs/data/bench-real/zen5/ (2 models x 2 thread counts x 3 kernel
-    settings), and every run's outputs were plain decoding's, whichever kernels ran."""
+    scripts/real_tables.py prints from docs/data/bench-real/zen5/ (2 models x 2 thread counts x 4 kernel
+    settings over two builds), and every run's outputs were plain decoding's, whichever kernels ran; and its
+    v(n) table by quantization type is scripts/llama_costs.py's from zen5/llama-costs.json."""
     import importlib.util
     import json
 
@@ -367,14 +368,22 @@ def test_the_second_machine_table_is_the_committed_reports():
     spec.loader.exec_module(tables)
     folder = ROOT / "docs" / "data" / "bench-real" / "zen5"
     rows = tables.machine_table(folder).splitlines()
-    assert len(rows) == 2 + 12
+    assert len(rows) == 2 + 16
     performance = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
     for row in rows:
         assert row in performance, row
-    reports = list(folder.glob("*.json"))
-    assert len(reports) == 12
+    reports = list(folder.glob("*-t[12].json"))
+    assert len(reports) == 16
     for report in reports:
         assert json.loads(report.read_text())["errors"] == [], report.name
+    # v(n) by quantization type on build 6 there (scripts/llama_costs.py: 2 models x 6 types x 2 threads)
+    spec = importlib.util.spec_from_file_location("llama_costs", ROOT / "scripts" / "llama_costs.py")
+    costs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(costs)
+    verify = costs.table(json.loads((folder / "llama-costs.json").read_text())).splitlines()
+    assert len(verify) == 2 + 2 * 6 * 2
+    for row in verify:
+        assert row in performance, row
 
 
 def test_the_heads_tables_are_the_committed_reports():

@@ -14,8 +14,8 @@ from specli.errors import UsageError
 PACKAGE = "llama-cpp-python"  # pinned to 0.3.36, the version the engine was measured on (pyproject's `llama`)
 # This CPU family lists AMX but a VM may trap its instructions; llamafile's sgemm and the REPACK kernels
 # score a batch differently from one-token steps (docs/performance.md). The route that needs no clone:
-# upstream's source without either (exact, slower prompts); from a clone, scripts/install_llama.sh builds
-# sgemm in for prompts only (exact, the documented build).
+# upstream's source without either (exact, slower prompts and verifies); from a clone,
+# scripts/install_llama.sh builds batch tiles in for every row count (exact, the documented build).
 CMAKE_ARGS = (
     "-DGGML_NATIVE=ON -DGGML_LLAMAFILE=OFF -DGGML_CPU_REPACK=OFF "
     "-DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' "
@@ -23,8 +23,9 @@ CMAKE_ARGS = (
 )
 INSTALL = f'CMAKE_ARGS="{CMAKE_ARGS}" pip install "specli-decode[llama]"'
 TILED_MM = "GGML_CPU_TILED_MM"  # ggml-cpu's switch for its tiled K-quant matmul (see `library`)
-# the documented build's switch, read at every matrix product: Q8_0 weights take llamafile's sgemm from
-# this many rows, ggml's dot products below (unset: 17). Which is faster depends on the CPU, so the engine
+# the documented build's switch, read at every matrix product: Q8_0 weights take the batch tiles
+# (llamafile's sgemm entry point; specli's own Q8_0 tiles since build 6) from this many rows, ggml's dot
+# products below (unset: 17). Which is faster depends on the CPU, so the engine
 # times both per file (`LlamaLM.verify_costs`) and sets it, unless the user did.
 Q8_ROWS = "GGML_CPU_SGEMM_Q8_0_ROWS"
 
