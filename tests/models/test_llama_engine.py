@@ -121,13 +121,18 @@ def test_a_batch_scores_each_position_as_one_token_steps_do(pair):
     assert torch.equal(block, steps)  # bitwise: the build and context settings make it so
 
 
+def requantized_lm(ggufs, tmp_path_factory, ftype: str):
+    """The tiny target requantized by llama.cpp to `ftype`, under the engine."""
+    from specli.models.llama_cpp.lm import LlamaLM, LlamaModel
+
+    path = requantized(ggufs["tiny-target"], tmp_path_factory.mktemp(ftype.lower()), ftype)
+    return LlamaLM(LlamaModel(path, path.name, None))
+
+
 @pytest.fixture(scope="module")
 def kquant_lm(ggufs, tmp_path_factory):
     """The tiny target requantized by llama.cpp to Q4_K_M (its K-quant matmuls have a tiled batch path)."""
-    from specli.models.llama_cpp.lm import LlamaLM, LlamaModel
-
-    path = requantized(ggufs["tiny-target"], tmp_path_factory.mktemp("kquant"), "Q4_K_M")
-    return LlamaLM(LlamaModel(path, path.name, None))
+    return requantized_lm(ggufs, tmp_path_factory, "Q4_K_M")
 
 
 @pytest.mark.parametrize("n", [2, 8, 17])
@@ -525,10 +530,7 @@ def test_q8_0_products_take_sgemm_from_where_it_is_as_fast_at_every_size():
 @pytest.fixture(scope="module")
 def q8_lm(ggufs, tmp_path_factory):
     """The tiny target requantized by llama.cpp to Q8_0 (the real models' tied LM heads are Q8_0)."""
-    from specli.models.llama_cpp.lm import LlamaLM, LlamaModel
-
-    path = requantized(ggufs["tiny-target"], tmp_path_factory.mktemp("q8"), "Q8_0")
-    return LlamaLM(LlamaModel(path, path.name, None))
+    return requantized_lm(ggufs, tmp_path_factory, "Q8_0")
 
 
 @pytest.mark.parametrize("n", [2, 8, 17])
