@@ -271,7 +271,20 @@ class Pair:
         """The pair's settings (its preset's, its strategy) with `change` and `fields` on top (None =
         unset), checked against the loaded models; exit_layer defaults to a quarter of the target's depth."""
         change = (change or SettingsChange()).merged(**fields)
-        return self._checked(settings_from(self.generation, self.speculation, self.strategy, change))
+        settings = settings_from(self.generation, self.speculation, self.strategy, change, self.engine)
+        return self._checked(self._own_k_fitted(settings, change))
+
+    def _own_k_fitted(self, settings: Settings, change: SettingsChange) -> Settings:
+        """A strategy's own k (lookup's, named by neither the call nor the preset) cut to what the
+        target's context verifies (context - 2): a default never stops a generation; a k someone named
+        that does not fit is a UsageError (`check_fits`)."""
+        own = entry(settings.strategy).own_k(self.engine)
+        named = {*change.given(), *self.speculation.model_fields_set}
+        if own is None or "num_draft_tokens" in named or self.max_positions is None:
+            return settings
+        if own <= self.max_positions - 2:
+            return settings
+        return settings.replace(num_draft_tokens=max(1, self.max_positions - 2))
 
     def _checked(self, settings: Settings) -> Settings:
         """What only the loaded models can tell: the weights the strategy drafts with (the strategy

@@ -235,23 +235,29 @@ class Settings:
 
 
 def resolve_settings(
-    preset: Preset | None = None, change: SettingsChange | None = None, /, **fields: Any
+    preset: Preset | None = None,
+    change: SettingsChange | None = None,
+    /,
+    *,
+    engine: str | None = None,
+    **fields: Any,
 ) -> Settings:
     """The preset's settings (the schema's defaults without one), then `change` and `fields` on top.
 
     A field whose value is None is unset. Names are Settings' fields; a value out of range raises a
-    UsageError naming the command-line option. Nothing here needs a model: exit_layer's default and its
-    upper bound come with `Pair.settings`.
+    UsageError naming the command-line option. `engine` ("torch", "llama.cpp"; None: not known yet)
+    picks a strategy's own k where it differs by engine (`draft_tokens`). Nothing here needs a model:
+    exit_layer's default and its upper bound come with `Pair.settings`.
     """
     change = (change or SettingsChange()).merged(**fields)
     if preset is None:
-        return settings_from(GenerationSpec(), SpeculationSpec(), Strategy.DRAFT, change)
-    return settings_from(preset.generation, preset_speculation(preset), preset.strategy, change)
+        return settings_from(GenerationSpec(), SpeculationSpec(), Strategy.DRAFT, change, engine)
+    return settings_from(preset.generation, preset_speculation(preset), preset.strategy, change, engine)
 
 
 def preset_speculation(preset: Preset) -> SpeculationSpec:
     """The preset's speculation, its num_draft_tokens counting as named for a strategy with a k of its
-    own (the table's default_k: lookup's LOOKUP_DRAFT_TOKENS) only when the preset itself runs one: a k
+    own (the table's `own_k`: lookup's) only when the preset itself runs one: a k
     picked for a drafter model stays for the model strategies, unnamed (and so that strategy's own) for
     lookup."""
     spec = preset.speculation
@@ -260,24 +266,30 @@ def preset_speculation(preset: Preset) -> SpeculationSpec:
     return SpeculationSpec.model_construct(spec.model_fields_set - {"num_draft_tokens"}, **dict(spec))
 
 
-def draft_tokens(speculation: SpeculationSpec, strategy: str) -> int:
+def draft_tokens(speculation: SpeculationSpec, strategy: str, engine: str | None = None) -> int:
     """The most a round drafts under `strategy`: the speculation's num_draft_tokens, but the strategy's
-    own k (the table's default_k: lookup's LOOKUP_DRAFT_TOKENS) unless the speculation names one."""
-    own = entry(strategy).default_k
+    own k on `engine` (the table's `own_k`: lookup's 32 on the torch engine, 16 on llama.cpp) unless the
+    speculation names one."""
+    own = entry(strategy).own_k(engine)
     if own is not None and "num_draft_tokens" not in speculation.model_fields_set:
         return own
     return speculation.num_draft_tokens
 
 
 def settings_from(
-    generation: GenerationSpec, speculation: SpeculationSpec, strategy: str, change: SettingsChange, /
+    generation: GenerationSpec,
+    speculation: SpeculationSpec,
+    strategy: str,
+    change: SettingsChange,
+    engine: str | None = None,
+    /,
 ) -> Settings:
     """resolve_settings from a preset's parts (what `Pair` keeps of its preset); k as `draft_tokens` says."""
     given = change.given()
     values: dict[str, Any] = {"strategy": strategy}
     values |= {name: getattr(generation, name) for name in GENERATION_FIELDS}
     values |= {name: getattr(speculation, name) for name in SPECULATION_FIELDS}
-    values["num_draft_tokens"] = draft_tokens(speculation, given.get("strategy") or strategy)
+    values["num_draft_tokens"] = draft_tokens(speculation, given.get("strategy") or strategy, engine)
     return Settings(**(values | given))
 
 

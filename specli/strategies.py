@@ -57,8 +57,12 @@ class Model(str, Enum):
 
 # lookup's most drafts per round where neither the caller nor a lookup preset names k: its drafts cost
 # nothing but verify width, and the per-round controller drafts less where they stop paying
-# (docs/strategies.md).
-LOOKUP_DRAFT_TOKENS = 16
+# (docs/strategies.md). A copy in progress keeps nearly every draft, so a longer bound pays where a verify
+# of 33 tokens is one forward (the torch engine: editing prompts on Gemma 3 270M ran 1.21x at k <= 32
+# against k <= 16, docs/performance.md); the llama.cpp engine splits forwards past 17 rows to keep them
+# exact (specli/models/llama_cpp/rows.py), so it keeps 16.
+LOOKUP_DRAFT_TOKENS = 32
+LOOKUP_DRAFT_TOKENS_LLAMA = 16
 # lookup's longest suffix matched (--ngram-max's default): long enough that a match pins the passage
 # being repeated, so a draft follows that passage instead of re-deciding each token from a short n-gram
 # that occurs in many places (docs/strategies.md)
@@ -79,7 +83,8 @@ class Entry:
     (the target needs a supported architecture, and an exit layer inside it); `no_compile`, why --compile
     cannot run it (None: it can); `chains_only`, why it cannot draft token trees (None: it can);
     `default_k`, the most it drafts per round when neither the caller nor a
-    preset of its own names k (None: the preset's num_draft_tokens). `aliases`: other names the command
+    preset of its own names k (None: the preset's num_draft_tokens), and `engine_k` that default on the
+    engines where it differs ("llama.cpp": 16; `own_k`). `aliases`: other names the command
     line, settings and presets accept for it (each means this strategy; outputs name it by its own)."""
 
     module: str | None
@@ -89,7 +94,18 @@ class Entry:
     no_compile: str | None = None
     chains_only: str | None = None
     default_k: int | None = None
+    engine_k: tuple[tuple[str, int], ...] = ()  # (engine, k) pairs
     aliases: tuple[str, ...] = ()
+
+    def own_k(self, engine: str | None = None) -> int | None:
+        """The strategy's own k on `engine` ("torch", "llama.cpp"); None: the engine is not known yet
+        (before loading, engine auto), and the smallest of its engines' k stands in (the loaded pair's
+        settings give the engine's own). None when it has no k of its own."""
+        if self.default_k is None:
+            return None
+        if engine is None:
+            return min([self.default_k, *(k for _, k in self.engine_k)])
+        return dict(self.engine_k).get(engine, self.default_k)
 
     @property
     def drafts(self) -> bool:
@@ -102,7 +118,10 @@ STRATEGY_TABLE: Mapping[str, Entry] = MappingProxyType(
         Strategy.DRAFT: Entry("specli.drafters.draft_model", "a drafter model", model=Model.DRAFT),
         Strategy.NONE: Entry(None, "plain decoding"),
         Strategy.LOOKUP: Entry(
-            "specli.drafters.prompt_lookup", "n-grams of prompt + output", default_k=LOOKUP_DRAFT_TOKENS
+            "specli.drafters.prompt_lookup",
+            "n-grams of prompt + output",
+            default_k=LOOKUP_DRAFT_TOKENS,
+            engine_k=(("llama.cpp", LOOKUP_DRAFT_TOKENS_LLAMA),),  # engines.LLAMA
         ),
         Strategy.SELF: Entry(
             "specli.drafters.self_speculative",

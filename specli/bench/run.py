@@ -685,6 +685,9 @@ def merge_summaries(
 
 
 TRANSFORMERS_DOCS_LOOKUP_TOKENS = 10  # prompt_lookup_num_tokens in transformers' generation docs
+# prompt_lookup_num_tokens as users of transformers' prompt lookup commonly set it (its docs' examples use
+# 10, its own benchmarks and most guides 10-16): a mode of its own where specli's lookup k differs
+TRANSFORMERS_LOOKUP_TOKENS = 16
 # the longest n-gram transformers' prompt lookup matches beside specli's lookup: specli's --ngram-max up
 # to this (transformers tries every size from it down to 1 at every step, scanning the whole text each
 # time, and copies after the earliest occurrence, so a 32-token bound only slows it down)
@@ -696,8 +699,8 @@ def transformers_modes(
 ) -> dict[str, dict[str, Any]]:
     """transformers generate() settings that correspond to specli's strategies (each at the same most
     drafts per round as that strategy, constant schedule, the same n-gram size and exit layer), and
-    transformers out of the box beside them (its assisted defaults, prompt lookup as its docs show it,
-    early exit at its default schedule). by_strategy: a strategy's own settings (its k)."""
+    transformers out of the box beside them (its assisted defaults, prompt lookup at 16 tokens and as its
+    docs show it, early exit at its default schedule). by_strategy: a strategy's own settings (its k)."""
     own = by_strategy or {}
     modes: dict[str, dict[str, Any]] = {"plain": {}}
     if "draft" in strategies and pair.draft_model is not None:
@@ -714,6 +717,11 @@ def transformers_modes(
             "prompt_lookup_num_tokens": lookup.num_draft_tokens,
             "max_matching_ngram_size": min(lookup.ngram_max, TRANSFORMERS_LOOKUP_NGRAM),
         }
+        if lookup.num_draft_tokens != TRANSFORMERS_LOOKUP_TOKENS:
+            modes[f"prompt lookup ({TRANSFORMERS_LOOKUP_TOKENS} tokens)"] = {
+                "prompt_lookup_num_tokens": TRANSFORMERS_LOOKUP_TOKENS,
+                "max_matching_ngram_size": min(lookup.ngram_max, TRANSFORMERS_LOOKUP_NGRAM),
+            }
         if lookup.num_draft_tokens != TRANSFORMERS_DOCS_LOOKUP_TOKENS:
             modes[f"prompt lookup (transformers docs: {TRANSFORMERS_DOCS_LOOKUP_TOKENS} tokens)"] = {
                 "prompt_lookup_num_tokens": TRANSFORMERS_DOCS_LOOKUP_TOKENS

@@ -27,7 +27,17 @@ from specli.settings import (
     check_strategy,
     resolve_settings,
 )
-from specli.strategies import LOOKUP_NGRAM_MAX, Model, Strategy, described, either, entry, tree_strategies
+from specli.strategies import (
+    LOOKUP_DRAFT_TOKENS,
+    LOOKUP_DRAFT_TOKENS_LLAMA,
+    LOOKUP_NGRAM_MAX,
+    Model,
+    Strategy,
+    described,
+    either,
+    entry,
+    tree_strategies,
+)
 from specli.threads import AUTO, parse_threads
 
 PromptArg = Annotated[
@@ -127,7 +137,8 @@ DraftTokensOpt = Annotated[
         "-k",
         help="The most tokens a round drafts (k); each round chooses its own up to it unless --fixed-k."
         + _tiny_default("num_draft_tokens")
-        + " lookup: 16 unless -k or a lookup preset sets it.",
+        + f" lookup: {LOOKUP_DRAFT_TOKENS} on the torch engine, {LOOKUP_DRAFT_TOKENS_LLAMA} on llama.cpp, "
+        "unless -k or a lookup preset sets it.",
     ),
 ]
 TreeOpt = Annotated[
@@ -304,7 +315,9 @@ def check_before_loading(models: ModelOptions, options: GenerationOptions | None
         check_engine(models.engine)
     check_stop_text(options)
     preset = _preset(models)
-    settings = resolve_settings(preset, options, strategy=models.strategy)
+    named = check_engine(models.engine or (preset.engine if preset else "auto"))
+    engine = None if named == "auto" else named  # auto: known once loaded (a strategy's own k may differ)
+    settings = resolve_settings(preset, options, strategy=models.strategy, engine=engine)
     strategies = _strategies(models, preset)
     target = models.target or (preset.target.model if preset else None)
     preset_draft = preset.draft.model if preset and preset.draft else None
@@ -315,7 +328,10 @@ def check_before_loading(models: ModelOptions, options: GenerationOptions | None
         if name is not None and used:
             local_model_folder(name)
     for strategy in strategies:  # each strategy's own settings: its k, and a tree only where it drafts one
-        own = resolve_settings(preset, options, strategy=strategy)
+        own = resolve_settings(preset, options, strategy=strategy, engine=engine)
+        defaulted = options.num_draft_tokens is None and own.num_draft_tokens == entry(strategy).own_k(engine)
+        if defaulted:  # a strategy's own k: the loaded pair cuts it to the context (`Pair.settings`)
+            continue
         if options.num_draft_tokens is not None or models.draft is None:  # else a parallel drafter picks k
             uses_drafter = entry(strategy).model == Model.DRAFT  # lookup never reads the preset's drafter
             check_fits(own, _context(target), _context(drafter) if uses_drafter else None)

@@ -20,6 +20,7 @@ from specli.cli import app
 from specli.engine.events import Stats, expected_acceptance_length
 from specli.errors import UsageError
 from specli.settings import resolve_settings
+from specli.strategies import LOOKUP_DRAFT_TOKENS
 
 SPEC_BENCH = (
     Path(__file__).resolve().parents[1] / "data" / "spec_bench" / "question.jsonl"
@@ -342,14 +343,16 @@ def test_compare_hf_times_transformers_modes(tiny_pair, tmp_path):
                                                        "tokens_per_second")}}  # fmt: skip
     assert "specli / transformers" in result.stdout
     # transformers' runs take turns with specli's (drift hits both alike), counted in the same stage
-    stage = "bench: measuring 1 prompt × 3 strategies (+ 5 transformers modes) × 1 repeat"
-    assert f"{stage}: 8/8 runs · took " in result.stderr, result.stderr
+    stage = "bench: measuring 1 prompt × 3 strategies (+ 6 transformers modes) × 1 repeat"
+    assert f"{stage}: 9/9 runs · took " in result.stderr, result.stderr
     data = json.loads(out.read_text())
     assert {r["strategy"] for r in data["runs"]} == {"none", "draft", "lookup"}  # its own runs only
-    # without -k each strategy runs at its own most drafts per round: lookup's 16, the pair's 4 for draft
+    # without -k each strategy runs at its own most drafts per round: lookup's (torch engine), the pair's
+    # 4 for draft; transformers' prompt lookup at that k, at 16 and at its docs' 10
     assert data["settings"]["num_draft_tokens"] == 4
-    assert data["settings"]["num_draft_tokens_by_strategy"] == {"lookup": 16}
-    assert "(lookup: 16)" in result.stdout
+    assert data["settings"]["num_draft_tokens_by_strategy"] == {"lookup": LOOKUP_DRAFT_TOKENS}
+    assert f"(lookup: {LOOKUP_DRAFT_TOKENS})" in result.stdout
+    assert {"prompt lookup (16 tokens)", "prompt lookup (transformers docs: 10 tokens)"} <= set(hf)
 
 
 def test_transformers_comparison_uses_the_same_settings():
@@ -385,7 +388,8 @@ def test_transformers_comparison_uses_the_same_settings():
     )
     assert set(hf) == {
         "plain", "assisted", "assisted (transformers defaults)", "prompt lookup",
-        "prompt lookup (transformers docs: 10 tokens)", "early exit", "early exit (transformers defaults)",
+        "prompt lookup (16 tokens)", "prompt lookup (transformers docs: 10 tokens)", "early exit",
+        "early exit (transformers defaults)",
     }  # fmt: skip
     assert all(hf[mode]["tokens"] == 6 for mode in hf), hf
     for kwargs in calls:
@@ -397,6 +401,8 @@ def test_transformers_comparison_uses_the_same_settings():
     assert by_mode["early exit"]["assistant_early_exit"] == 2
     assert by_mode["early exit"]["num_assistant_tokens"] == 3
     assert by_mode["prompt lookup (transformers docs: 10 tokens)"]["prompt_lookup_num_tokens"] == 10
+    assert by_mode["prompt lookup (16 tokens)"]["prompt_lookup_num_tokens"] == 16
+    assert by_mode["prompt lookup (16 tokens)"]["max_matching_ngram_size"] == 2
     defaults = by_mode["early exit (transformers defaults)"]
     assert defaults["assistant_early_exit"] == 2 and "num_assistant_tokens" not in defaults
     calls.clear()  # each mode at its own strategy's k: lookup's default 16, the drafter's 3
@@ -641,7 +647,7 @@ def test_servers_take_turns_with_the_same_warm_up_and_repeats():
 
 def test_each_strategy_measures_at_its_own_k(tiny_pair, monkeypatch):
     """measure() runs a strategy with its own settings when the bench holds them (lookup's default k of
-    16 beside a drafter's 4), else the shared ones."""
+    32 on the torch engine beside a drafter's 4), else the shared ones."""
     import specli
 
     pair = specli.load(
@@ -658,7 +664,7 @@ def test_each_strategy_measures_at_its_own_k(tiny_pair, monkeypatch):
     ids = pair.encode(prompt.text, chat=False)
     for strategy in ("draft", "lookup", "none"):
         b.measure(pair, prompt, ids, strategy, bench, 0)
-    assert [(s.strategy, s.num_draft_tokens) for s in seen] == [("draft", 4), ("lookup", 16), ("none", 4)]
+    assert [(s.strategy, s.num_draft_tokens) for s in seen] == [("draft", 4), ("lookup", 32), ("none", 4)]
 
 
 def test_assisted_modes_reach_transformers_candidate_generator(tiny_pair, monkeypatch):

@@ -13,11 +13,12 @@ import specli
 from specli.drafters.prompt_lookup import PromptLookupDrafter
 from specli.drafters.suffix_index import SuffixIndex
 from specli.engine.sampling import SamplingConfig
+from specli.errors import UsageError
 from specli.pair import Pair
 from specli.presets import ModelSpec, Preset, SpeculationSpec, resolve_preset
 from specli.render.explain import ExplainView
 from specli.settings import resolve_settings
-from specli.strategies import LOOKUP_DRAFT_TOKENS
+from specli.strategies import LOOKUP_DRAFT_TOKENS, LOOKUP_DRAFT_TOKENS_LLAMA
 
 # --------------------------------------------------------------------------- brute force
 
@@ -232,26 +233,44 @@ def test_greedy_lookup_through_load_is_the_targets_own_output(tmp_path, tokenize
 
 
 def test_lookup_defaults_to_its_own_k_where_nobody_names_one():
+    """Catches lookup running at a preset's drafter k, or at one engine's k on the other: 32 on the torch
+    engine, 16 on llama.cpp (which splits longer verifies), the smaller while the engine is not known."""
     tiny = resolve_preset("tiny")  # strategy draft, num_draft_tokens 4 for its drafter model
     assert resolve_settings(tiny).num_draft_tokens == 4
-    assert resolve_settings(tiny, strategy="lookup").num_draft_tokens == LOOKUP_DRAFT_TOKENS
-    assert resolve_settings(strategy="lookup").num_draft_tokens == LOOKUP_DRAFT_TOKENS
+    assert resolve_settings(tiny, strategy="lookup", engine="torch").num_draft_tokens == LOOKUP_DRAFT_TOKENS
+    assert (
+        resolve_settings(strategy="lookup", engine="llama.cpp").num_draft_tokens == LOOKUP_DRAFT_TOKENS_LLAMA
+    )
+    assert resolve_settings(strategy="lookup").num_draft_tokens == LOOKUP_DRAFT_TOKENS_LLAMA
+    assert (LOOKUP_DRAFT_TOKENS, LOOKUP_DRAFT_TOKENS_LLAMA) == (32, 16)
     assert resolve_settings(tiny, strategy="lookup", num_draft_tokens=3).num_draft_tokens == 3  # -k wins
     named = Preset(name="l", strategy="lookup", target=ModelSpec(model="a/b"),
                    speculation=SpeculationSpec(num_draft_tokens=6))  # fmt: skip
-    assert resolve_settings(named).num_draft_tokens == 6  # a lookup preset's k wins
+    assert resolve_settings(named, engine="torch").num_draft_tokens == 6  # a lookup preset's k wins
     assert resolve_settings(named, strategy="draft").num_draft_tokens == 6
     unnamed = Preset(name="u", strategy="lookup", target=ModelSpec(model="a/b"))
-    assert resolve_settings(unnamed).num_draft_tokens == LOOKUP_DRAFT_TOKENS
+    assert resolve_settings(unnamed, engine="torch").num_draft_tokens == LOOKUP_DRAFT_TOKENS
 
 
 def test_a_loaded_pair_gives_lookup_its_k_and_keeps_the_presets_for_the_drafter():
-    lookup = specli.load(strategy="lookup")  # the tiny preset
+    lookup = specli.load(strategy="lookup")  # the tiny preset, on the torch engine
     assert lookup.settings().num_draft_tokens == LOOKUP_DRAFT_TOKENS
     assert lookup.settings(strategy="draft").num_draft_tokens == 4
     draft = specli.load()
     assert draft.settings().num_draft_tokens == 4
     assert draft.settings(strategy="lookup").num_draft_tokens == LOOKUP_DRAFT_TOKENS
+
+
+def test_lookups_own_k_fits_a_short_context_and_a_named_one_is_refused(tokenizer):
+    """Catches the default k stopping a generation on a model whose context is shorter than it (cut to
+    context - 2), and a k the caller named being cut silently instead of refused."""
+    model = make_model("llama", len(tokenizer), layers=2, seed=5, max_positions=24, eos_token_id=None)
+    pair = Pair(model, tokenizer, strategy="lookup")
+    assert pair.settings().num_draft_tokens == 22
+    result = pair.generate(prompt_ids=PROMPTS["branching"][:4], max_new_tokens=12)
+    assert len(result.token_ids) == 12
+    with pytest.raises(UsageError, match="num-draft-tokens 30 does not fit the context"):
+        pair.settings(num_draft_tokens=30)
 
 
 # --------------------------------------------------------------------------- following the passage

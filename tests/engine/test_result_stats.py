@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 import specli
 from specli.cli import app
+from specli.strategies import LOOKUP_DRAFT_TOKENS
 
 PROMPT = "def fibonacci(n):"
 TIMES = {"tokens_per_second", "elapsed_s", "draft_time_s", "verify_time_s"}  # differ between two runs
@@ -45,7 +46,9 @@ def test_python_result_stats_has_the_json_stats_keys_and_values(pair, cli, pytho
     result = pair.generate(PROMPT, max_new_tokens=12, **python)
     stats = result.stats
     assert stats.strategy == python.get("strategy", "draft")
-    assert stats.num_draft_tokens == python.get("num_draft_tokens", 16 if stats.strategy == "lookup" else 4)
+    assert stats.num_draft_tokens == python.get(
+        "num_draft_tokens", LOOKUP_DRAFT_TOKENS if stats.strategy == "lookup" else 4
+    )
     assert stats.mean_k == stats.drafted / stats.rounds and stats.compile_time is None
     assert not stats.interrupted and stats.fixed_k == python.get("fixed_k", False)
     ours, theirs = stats.to_dict(), cli_stats(*cli)

@@ -26,6 +26,7 @@ from specli.engine.stopping import StopCriteria
 from specli.errors import UsageError
 from specli.models import engines
 from specli.models.sources import embedded_model
+from specli.strategies import LOOKUP_DRAFT_TOKENS, LOOKUP_DRAFT_TOKENS_LLAMA
 
 PROMPTS = [
     "def fibonacci(n):\n    if n < 2:\n        return n\n",
@@ -398,6 +399,9 @@ def test_auto_loads_a_gguf_on_llama_cpp_and_dtype_keeps_torch(ggufs):
     assert llama.engine == "llama.cpp"
     torch_pair = specli.load(target=str(ggufs["tiny-target"]), strategy="lookup", dtype="float32", threads=1)
     assert torch_pair.engine == "torch"
+    # lookup's own k follows the engine: llama.cpp splits verifies past 17 rows (its row rule)
+    assert llama.settings().num_draft_tokens == LOOKUP_DRAFT_TOKENS_LLAMA
+    assert torch_pair.settings().num_draft_tokens == LOOKUP_DRAFT_TOKENS
     with pytest.raises(UsageError, match="--dtype is for the torch engine"):
         specli.load(target=str(ggufs["tiny-target"]), engine="llama.cpp", dtype="float32")
 
