@@ -274,7 +274,7 @@ class DraftLength:
             return 0, "budget"
         if self.fixed:
             return cap, "fixed" if cap == self.max_k else "budget"
-        if self._rounds < WARMUP_ROUNDS and self.verify_prior is None:  # the costs get measured
+        if (self._rounds < WARMUP_ROUNDS and self.verify_prior is None) or not self._costs.verify:  # measure
             return cap, "warm-up" if cap == self.max_k else "budget"
         expected, times = self._expected(cap, state), self._costs.round_times(cap)
         rates = [(expected[k] / max(times[k - 1], 1e-12), k) for k in range(1, cap + 1)]
@@ -477,6 +477,7 @@ class DraftLength:
         verified: int | None = None,
         tree: TreeRecord | None = None,
         accept_probs: Sequence[float] | None = None,
+        timed: bool = True,
     ) -> None:
         """One verified round: how many were drafted (a tree's depth) and kept, what drafting and
         verifying took, and how many tokens the verify forward ran (default drafted + 1). A tree of drawn
@@ -484,7 +485,8 @@ class DraftLength:
         its first draws are a chain's drafts). `accept_probs`: a chain's chance of keeping each draft
         (the verdict's min(1, p/q); greedy: 1 or 0, the outcome itself): each judged position learns its
         chance instead of its 0-or-1 outcome, whose mean it is (sampled rounds estimate acceptance with
-        less noise, greedy ones as before)."""
+        less noise, greedy ones as before). timed False: its times are not a round's (the first round's
+        forward carried the prompt): acceptance is learned, costs are not."""
         kept, judged = self._counts(state)
         for i in range(self.max_k):  # every position fades: one not drafted for long drifts to the prior
             judged[i] *= DECAY
@@ -495,8 +497,9 @@ class DraftLength:
             for i in range(min(drafted, accepted + 1, self.max_k)):  # positions the target judged
                 judged[i] += 1.0
                 kept[i] += accept_probs[i] if accept_probs is not None else float(i < accepted)
-            self._costs.add(drafted, draft_time, verify_time, verified)
-        self._rounds += drafted > 0
+            if timed:
+                self._costs.add(drafted, draft_time, verify_time, verified)
+        self._rounds += drafted > 0 and timed  # the warm-up counts rounds whose costs were measured
 
     def _learn_drawn(
         self, tree: TreeRecord, kept: list[float], judged: list[float], depth: int, seconds: float

@@ -4,6 +4,13 @@ Target cache invariant: it holds every committed token except the last one (`pen
 ONE target forward over [pending, d_1..d_k] -> logits for k+1 positions, verifies, commits
 d_1..d_accepted + (correction | bonus), and rewinds the k - accepted rejected positions.
 
+The prompt's forward carries the first round where the target can (`merges_prefill`: the torch engine)
+and the drafter drafts without it (no target features, not inside the target's cache): that round runs
+ONE forward over [prompt..., d_1..d_k] on an empty cache, the LM head on its last k+1 positions only, as
+transformers' prompt lookup does; a plain generation's first forward is the whole prompt, as generate()'s.
+It reports that forward as prefill_time (its verify_time is 0) and teaches the cost model no verify time.
+A first round that drafts a tree prefills the prompt on its own first.
+
 Each round's k is chosen by `DraftLength` (docs/design.md §11) up to num_draft_tokens, unless fixed_k;
 the drafter may propose fewer (its confidence threshold, the end of a lookup match).
 """
@@ -70,7 +77,8 @@ def generate_rounds(
         length = length if length is not None else new_draft_length(target, drafter, config)
         length.begin()
     start = perf_counter()
-    cache = _prefill(target, drafter, prompt_ids, forward)
+    waiting = prompt_ids[:-1] if _merges_prefill(target, drafter) else []  # the first round runs them
+    cache = _prefill(target, drafter, prompt_ids, forward, run=not waiting)
     target.synchronize()
     prefill_time = perf_counter() - start  # reported with the first round
     pending, generated = prompt_ids[-1], []
@@ -84,6 +92,12 @@ def generate_rounds(
         k, why = length.choose(budget, state) if length is not None else (0, "")
 
         tree, shape = _tree_round(drafter, length, k, budget, state, config)
+        if waiting and (tree or shape is not None):  # a tree's masked forward follows the prompt's own
+            t = perf_counter()
+            forward(torch.tensor(waiting), cache, last_only=True)
+            target.settle(cache)
+            target.synchronize()
+            prefill_time, waiting = prefill_time + perf_counter() - t, []
         t0 = perf_counter()  # draft
         if shape is not None:  # drawn children in the shape the cost model chose (docs/design.md §14)
             proposal = drafter.propose(
@@ -96,6 +110,7 @@ def generate_rounds(
         draft_ids = proposal.ids.to(device)  # [k] (a tree: [N]); only token ids (and q) cross devices
         target.synchronize()
         t1 = perf_counter()  # verify: one target forward over [pending, d_1..d_k]
+        merged = bool(waiting) and not proposal.is_tree  # this round's forward is the prompt's too
         if proposal.is_tree and drafter is not None and length is not None:
             nodes = (  # drawn children are verified whole: pruning by their tokens would bias them
                 length.choose_nodes(proposal.parents, proposal.probs, t1 - t0)
@@ -105,25 +120,33 @@ def generate_rounds(
             verdict = _verify_tree(target, drafter, proposal, nodes, pending, cache, config, generator)
             depth = verdict.tree.depth if verdict.tree is not None else 0
         else:
-            logits = forward(
-                torch.cat([torch.tensor([pending], device=device), draft_ids]), cache
-            )  # [k+1, V]
+            ids = torch.cat([torch.tensor([pending], device=device), draft_ids])  # [k+1]
+            if waiting:  # the prompt's forward verifies this round's drafts too: logits of its last k+1
+                logits = target.forward(
+                    torch.cat([torch.tensor(waiting, device=device), ids]), cache, keep=len(ids)
+                )
+            else:
+                logits = forward(ids, cache)  # [k+1, V]
             verdict = verify(draft_ids, logits, proposal.q, config.sampling, generator, config.record_top)
             target.rewind(cache, len(verdict.drafted) - verdict.accepted)  # drop the rejected positions
             if drafter is not None:
                 drafter.commit(verdict.accepted, verdict.token)
             depth = len(verdict.drafted)
         t2 = perf_counter()
+        verify_time = 0.0 if merged else t2 - t1
+        if merged:
+            prefill_time, waiting = prefill_time + t2 - t1, []
         if length is not None:
             length.observe(
                 depth,
                 verdict.accepted,
                 t1 - t0,
-                t2 - t1,
+                verify_time,
                 state,
                 verified=len(verdict.drafted) + 1,
                 tree=verdict.tree,
                 accept_probs=verdict.accept_probs if verdict.tree is None else None,
+                timed=not merged,
             )
             if verdict.tree is not None:
                 length.observe_tree(verdict.tree)
@@ -142,7 +165,7 @@ def generate_rounds(
             index=index,
             committed=committed,
             draft_time=t1 - t0,
-            verify_time=t2 - t1,
+            verify_time=verify_time,
             elapsed=perf_counter() - start,
             stop=reason,
             info=proposal.info,
@@ -270,14 +293,23 @@ def _target_forward(target: TargetModel, drafter: Drafter | None) -> TargetForwa
     return target.forward
 
 
+def _merges_prefill(target: TargetModel, drafter: Drafter | None) -> bool:
+    """Whether the first round's forward may carry the prompt (module docstring): the target can
+    (`merges_prefill`) and the drafter drafts without the target's forward of the prompt."""
+    if not getattr(target, "merges_prefill", False):
+        return False
+    return drafter is None or not (drafter.feature_layers or drafter.shares_target_cache)
+
+
 def _prefill(
-    target: TargetModel, drafter: Drafter | None, prompt_ids: list[int], forward: TargetForward
+    target: TargetModel, drafter: Drafter | None, prompt_ids: list[int], forward: TargetForward, run: bool
 ) -> Any:
-    """A fresh target cache holding prompt_ids but the last token; the drafter reset (and attached)."""
+    """A fresh target cache holding prompt_ids but the last token (run False: empty, the first round
+    runs them); the drafter reset (and attached)."""
     if drafter is not None:
         drafter.reset(prompt_ids)
     cache = target.new_cache()
-    if len(prompt_ids) > 1:  # the LM head runs for one position only
+    if run and len(prompt_ids) > 1:  # the LM head runs for one position only
         forward(torch.tensor(prompt_ids[:-1]), cache, last_only=True)
         target.settle(cache)
     if drafter is not None and drafter.shares_target_cache:

@@ -42,7 +42,10 @@ class TargetModel(Protocol):
         ...
 
     def forward(self, ids: torch.Tensor, cache: Any, *, last_only: bool = False) -> torch.Tensor:
-        """ids [n] after what `cache` holds -> logits [n, V] ([1, V] when last_only); the cache grows."""
+        """ids [n] after what `cache` holds -> logits [n, V] ([1, V] when last_only); the cache grows.
+        An implementation with `merges_prefill` True also takes keep=m > 0: logits [m, V] of the newest
+        m positions only, the LM head run for those alone (the loop's first round then runs the prompt
+        and its drafts in one forward, docs/design.md §3); without the attribute the loop never asks."""
         ...
 
     def forward_features(

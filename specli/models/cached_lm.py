@@ -180,13 +180,16 @@ class CachedLM:
         cache: Any,
         last_only: bool,
         tree: tuple[Any, Any] | None = None,
+        keep: int = 0,
         **extra: Any,
     ) -> Any:
         """The model's forward over ids [n] after what `cache` holds (the output object). tree: (positions
-        [n], visible [n, length + n]) for a masked forward (`forward_masked`), which runs eagerly."""
+        [n], visible [n, length + n]) for a masked forward (`forward_masked`), which runs eagerly. keep >
+        0 (last_only: 1): the LM head runs for the newest `keep` positions only, where the model can."""
         kwargs = {"use_cache": True, **extra}
-        if last_only and self._has_logits_to_keep:
-            kwargs["logits_to_keep"] = 1
+        keep = 1 if last_only else keep
+        if keep and self._has_logits_to_keep:
+            kwargs["logits_to_keep"] = keep
         if tree is not None:
             positions, visible = tree
             kwargs["attention_mask"] = self._mask4d(visible, cache.mask_columns(visible.shape[1]))
@@ -207,11 +210,18 @@ class CachedLM:
         cache.advance(n)
         return out
 
-    def forward(self, ids: torch.Tensor, cache: AnyCache, *, last_only: bool = False) -> torch.Tensor:
-        """Run ids [n] after what `cache` holds; returns logits [n, V] (or [1, V] when last_only)."""
+    # the loop's first round may run the prompt and its drafts in one forward (`forward`'s keep)
+    merges_prefill = True
+
+    def forward(
+        self, ids: torch.Tensor, cache: AnyCache, *, last_only: bool = False, keep: int = 0
+    ) -> torch.Tensor:
+        """Run ids [n] after what `cache` holds; returns logits [n, V] ([1, V] when last_only; [keep, V],
+        the newest keep positions', when keep > 0: a prompt and a round's drafts in one forward)."""
+        rows = 1 if last_only else keep
         with cache.grad_mode():
-            logits = self._run(ids, cache, last_only).logits[0]  # [n|1, V]
-            return logits[-1:] if last_only else logits
+            logits = self._run(ids, cache, last_only, keep=keep).logits[0]  # [n|rows, V]
+            return logits[-rows:] if rows else logits
 
     def forward_features(
         self, ids: torch.Tensor, cache: AnyCache, layers: tuple[int, ...], *, last_only: bool = False

@@ -49,6 +49,20 @@ def test_warm_up_drafts_the_maximum_then_the_cost_model_decides():
     assert why == "cost model" and k < 8
 
 
+def test_a_round_whose_forward_carried_the_prompt_teaches_acceptance_not_costs():
+    """Catches the first round's forward (the prompt's prefill with its drafts, the torch engine) priced
+    as a verify: its time would make every later round look costly. Its acceptance counts; its costs and
+    the warm-up do not."""
+    length = DraftLength(8)
+    for _ in range(2 * WARMUP_ROUNDS):
+        length.observe(8, 8, 1e-3, 5.0, timed=False)
+    assert length.cost(8) is None and length.choose(100) == (8, "warm-up")
+    assert length.accept_probs()[0] > 0.9
+    for _ in range(WARMUP_ROUNDS):
+        length.observe(8, 8, 1e-3, 2e-3)
+    assert length.cost(8) == pytest.approx(1e-3 + 2e-3)  # the timed rounds' draft + verify, not 5 s
+
+
 def test_expected_tokens_is_the_closed_form_when_every_position_has_the_same_rate():
     length = DraftLength(5)
     for k in range(6):

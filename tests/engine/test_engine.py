@@ -123,12 +123,14 @@ def test_one_target_forward_and_k_drafter_forwards_per_round(tiny_pair, lean):
         for h in hooks:
             h.remove()
     assert calls["draft"] == []
-    calls["target"] = calls["target"][:-2]  # the 30-token generation's (the 1-token one: prefill, step)
+    assert calls["target"][-1] == len(prompt)  # the 1-token generation: one forward, the prompt's
+    calls["target"] = calls["target"][:-1]  # the 30-token generation's
     calls["draft"] = drafted
     rounds = result.rounds
-    assert len(calls["target"]) == 1 + len(rounds)  # prefill + one verify per round
-    assert calls["target"][0] == len(prompt) - 1
-    assert calls["target"][1:] == [len(r.drafted) + 1 for r in rounds]
+    assert len(calls["target"]) == len(rounds)  # one forward per round: the first one carries the prompt
+    assert calls["target"][0] == len(prompt) + len(rounds[0].drafted) and rounds[0].drafted
+    assert calls["target"][1:] == [len(r.drafted) + 1 for r in rounds[1:]]
+    assert rounds[0].verify_time == 0 and rounds[0].prefill_time > 0  # its forward is the prompt's
     drafting_rounds = [r for r in rounds if r.drafted]
     assert len(calls["draft"]) == sum(len(r.drafted) for r in drafting_rounds)  # k per round, no prefill:
     assert calls["draft"][0] == len(prompt)  # the first draft runs the whole prompt (none ran before it)
