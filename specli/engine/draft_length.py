@@ -292,6 +292,28 @@ class DraftLength:
         self._plain_streak = 0
         return best, "budget" if best == cap < self.max_k else "cost model"
 
+    def choose_with_prompt(self, budget: int, state: str | None = None) -> tuple[int, str]:
+        """(k, why) for a round whose forward is the prompt's own (the torch engine's first round,
+        docs/design.md §3): there a draft costs its row of that forward (the verify line's slope) and
+        its drafting, not a forward of its own, so k grows while the chance that its last draft is kept,
+        a_1 · ... · a_k, beats what the draft costs in one-token steps. The maximum while warming up."""
+        cap = min(self.max_k, budget - 1)
+        if cap < 1:
+            return 0, "budget"
+        if self.fixed:
+            return cap, "fixed" if cap == self.max_k else "budget"
+        if (self._rounds < WARMUP_ROUNDS and self.verify_prior is None) or not self._costs.verify:
+            return cap, "warm-up" if cap == self.max_k else "budget"
+        step = max(self._plain_time(), 1e-12)
+        price = (self._costs.verify_line()[1] + self._costs.draft(1)) / step  # one more draft, in steps
+        k, kept = 0, 1.0
+        for a in self.accept_probs(state)[:cap]:
+            kept *= a
+            if kept <= price:
+                break
+            k += 1
+        return k, "budget" if k == cap < self.max_k else "cost model"
+
     def _plain_time(self) -> float:
         """Seconds of a one-token forward: its running mean (the load's measurement as the prior)."""
         total, weight = self._costs.verify.get(1, (0.0, 0.0))

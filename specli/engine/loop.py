@@ -89,7 +89,10 @@ def generate_rounds(
         if budget <= 0:
             return
         state = drafter.draft_state if drafter is not None else None  # acceptance is estimated per state
-        k, why = length.choose(budget, state) if length is not None else (0, "")
+        if length is None:
+            k, why = 0, ""
+        else:  # a draft riding in the prompt's forward costs only its row there
+            k, why = length.choose_with_prompt(budget, state) if waiting else length.choose(budget, state)
 
         tree, shape = _tree_round(drafter, length, k, budget, state, config)
         if waiting and (tree or shape is not None):  # a tree's masked forward follows the prompt's own

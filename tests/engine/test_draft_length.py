@@ -63,6 +63,24 @@ def test_a_round_whose_forward_carried_the_prompt_teaches_acceptance_not_costs()
     assert length.cost(8) == pytest.approx(1e-3 + 2e-3)  # the timed rounds' draft + verify, not 5 s
 
 
+def test_drafts_riding_in_the_prompts_forward_are_priced_by_their_row():
+    """Catches the first round (its forward is the prompt's) priced as a verify of its own: a draft there
+    costs its row (the verify line's slope, 0.4 steps here) and its drafting. At 0.95 acceptance a round
+    of its own stops near 5 drafts (a verify of 17 costs 7.4 steps), the prompt's round drafts all 16
+    (0.95^16 > 0.4); at 0.1 the chance of keeping a draft is below a row's price at once."""
+    length = DraftLength(16, state_priors={"long": 0.95, "short": 0.1})
+    for n in (2, 17):  # verify: 10 ms + 4 ms a token; a one-token step 10 ms
+        for _ in range(WARMUP_ROUNDS):
+            length.observe(n - 1, n - 1, 0.0, 0.010 + 0.004 * (n - 1), state="other")
+    for _ in range(WARMUP_ROUNDS):
+        length.observe(0, 0, 0.0, 0.010, verified=1)
+    assert length.choose(100, "long")[0] <= 6  # a round of its own stops where a forward no longer pays
+    assert length.choose_with_prompt(100, "long") == (16, "cost model")
+    assert length.choose_with_prompt(100, "short") == (0, "cost model")
+    assert length.choose_with_prompt(5, "long") == (4, "budget")
+    assert DraftLength(16).choose_with_prompt(100) == (16, "warm-up")
+
+
 def test_expected_tokens_is_the_closed_form_when_every_position_has_the_same_rate():
     length = DraftLength(5)
     for k in range(6):
