@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from specli.models.skinny_linear import skinny_linears
 from specli.models.static_cache import StaticKV, StaticStore, compact_positions, compile_call
 
 COMPILED_TOKENS = 16  # default longest compiled forward; a Pair sets k + 1 per generation
@@ -84,6 +85,7 @@ class CachedLM:
             raise ValueError("compile=True needs a static cache (static_length)")
         self._static = StaticStore(model.config, static_length) if static_length is not None else None
         self._compiled = compile_call(model) if compile else None
+        self._skinny = skinny_linears(model, compile)  # forwards of a few tokens on a CPU, float32
         self.compiled_tokens = COMPILED_TOKENS  # the longest forward the compiled path takes
         self._warm: set[tuple[int, bool, bool, int]] = set()  # (n, last_only, features, capacity) built
 
@@ -206,7 +208,8 @@ class CachedLM:
                 torch.compiler.cudagraph_mark_step_begin()  # every call its own step: outputs are copied
             out = _copied(self._compiled(input_ids=ids, **kwargs))
         else:  # prefills, forwards longer than compiled_tokens, the first forward on a new cache
-            out = self.model(input_ids=ids, **kwargs)
+            with self._skinny.rows(n) if self._skinny is not None else nullcontext():
+                out = self.model(input_ids=ids, **kwargs)
         cache.advance(n)
         return out
 
