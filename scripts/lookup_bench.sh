@@ -5,7 +5,7 @@
 #           same GGUF file: both models, 1 and 2 threads, greedy, each prompt's median of REPEATS (2; the
 #           committed SmolLM2 runs: 3)
 #   torch   specli --engine torch (plain, lookup at its k 32) beside transformers' generate() plain and
-#           prompt lookup (k 32 and k 16 at n-gram 3, and its docs' k 10): both models, 2 threads
+#           prompt lookup (k 32 and k 16 at n-gram 3, and its docs' k 10): both models, 1 and 2 threads
 #           (TORCH_THREADS), greedy
 #   sampled the engine runs at T = 0.7, 2 threads, every run to 128 tokens (--ignore-eos: sampled texts end
 #           at different lengths, and tok/s would weigh different shares of prefill), over the 27 prompts
@@ -17,7 +17,7 @@
 # first two of each category, the chat set's first of each); 128 new tokens; PROMPTS= one file for all.
 #
 #   bash scripts/llama_cpp.sh build           # llama-server from source (once, ~15 min on 2 cores)
-#   bash scripts/lookup_bench.sh [engine|torch|sampled|spec ...]   # all four by default, ~75 min
+#   bash scripts/lookup_bench.sh [engine|torch|sampled|spec ...]   # all four by default, ~90 min
 #   MODELS=gemma3-270m bash scripts/lookup_bench.sh engine           # one model's runs only
 #   python scripts/real_tables.py             # the tables
 set -euo pipefail
@@ -42,7 +42,7 @@ for part in "${@:-engine torch sampled spec}"; do
         done ;;
       torch)
         for model in ${MODELS:-smollm2-135m gemma3-270m}; do
-          for threads in ${TORCH_THREADS:-2}; do
+          for threads in ${TORCH_THREADS:-1 2}; do
             run "$model-lookup-torch-t$threads" specli bench --preset "$model" --engine torch --strategy none \
               --strategy lookup --compare-hf --threads "$threads" --prompts "$GREEDY_PROMPTS" --max-new-tokens 128
           done
