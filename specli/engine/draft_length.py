@@ -270,12 +270,9 @@ class DraftLength:
         why: "fixed" (--fixed-k), "budget" (the tokens left cap it), "warm-up" (too few rounds
         measured), "cost model"."""
         cap = min(self.max_k, budget - 1)
-        if cap < 1:
-            return 0, "budget"
-        if self.fixed:
-            return cap, "fixed" if cap == self.max_k else "budget"
-        if (self._rounds < WARMUP_ROUNDS and self.verify_prior is None) or not self._costs.verify:  # measure
-            return cap, "warm-up" if cap == self.max_k else "budget"
+        forced = self._forced(cap)
+        if forced is not None:
+            return forced
         expected, times = self._expected(cap, state), self._costs.round_times(cap)
         rates = [(expected[k] / max(times[k - 1], 1e-12), k) for k in range(1, cap + 1)]
         best_rate, best = max(rates, key=lambda rate: (rate[0], -rate[1]))  # the smallest k on a tie
@@ -292,18 +289,26 @@ class DraftLength:
         self._plain_streak = 0
         return best, "budget" if best == cap < self.max_k else "cost model"
 
-    def choose_with_prompt(self, budget: int, state: str | None = None) -> tuple[int, str]:
-        """(k, why) for a round whose forward is the prompt's own (the torch engine's first round,
-        docs/design.md §3): there a draft costs its row of that forward (the verify line's slope) and
-        its drafting, not a forward of its own, so k grows while the chance that its last draft is kept,
-        a_1 · ... · a_k, beats what the draft costs in one-token steps. The maximum while warming up."""
-        cap = min(self.max_k, budget - 1)
+    def _forced(self, cap: int) -> tuple[int, str] | None:
+        """(k, why) where the costs do not decide: no room (budget), --fixed-k, or too few rounds measured
+        (warm-up: the maximum, so the costs get measured); else None."""
         if cap < 1:
             return 0, "budget"
         if self.fixed:
             return cap, "fixed" if cap == self.max_k else "budget"
         if (self._rounds < WARMUP_ROUNDS and self.verify_prior is None) or not self._costs.verify:
             return cap, "warm-up" if cap == self.max_k else "budget"
+        return None
+
+    def choose_with_prompt(self, budget: int, state: str | None = None) -> tuple[int, str]:
+        """(k, why) for a round whose forward is the prompt's own (the torch engine's first round,
+        docs/design.md §3): there a draft costs its row of that forward (the verify line's slope) and
+        its drafting, not a forward of its own, so k grows while the chance that its last draft is kept,
+        a_1 · ... · a_k, beats what the draft costs in one-token steps. The maximum while warming up."""
+        cap = min(self.max_k, budget - 1)
+        forced = self._forced(cap)
+        if forced is not None:
+            return forced
         step = max(self._plain_time(), 1e-12)
         price = (self._costs.verify_line()[1] + self._costs.draft(1)) / step  # one more draft, in steps
         k, kept = 0, 1.0

@@ -97,8 +97,7 @@ def generate_rounds(
         tree, shape = _tree_round(drafter, length, k, budget, state, config)
         if waiting and (tree or shape is not None):  # a tree's masked forward follows the prompt's own
             t = perf_counter()
-            forward(torch.tensor(waiting), cache, last_only=True)
-            target.settle(cache)
+            _run_prompt(target, waiting, cache, forward)
             target.synchronize()
             prefill_time, waiting = prefill_time + perf_counter() - t, []
         t0 = perf_counter()  # draft
@@ -312,9 +311,14 @@ def _prefill(
     if drafter is not None:
         drafter.reset(prompt_ids)
     cache = target.new_cache()
-    if run and len(prompt_ids) > 1:  # the LM head runs for one position only
-        forward(torch.tensor(prompt_ids[:-1]), cache, last_only=True)
-        target.settle(cache)
+    if run and len(prompt_ids) > 1:
+        _run_prompt(target, prompt_ids[:-1], cache, forward)
     if drafter is not None and drafter.shares_target_cache:
         drafter.attach(cache)
     return cache
+
+
+def _run_prompt(target: TargetModel, ids: list[int], cache: Any, forward: TargetForward) -> None:
+    """The prompt's tokens into `cache`, the LM head run for one position only; sliding layers trimmed."""
+    forward(torch.tensor(ids), cache, last_only=True)
+    target.settle(cache)
