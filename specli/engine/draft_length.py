@@ -13,10 +13,7 @@ E(k) / cost(k). Any k is lossless: it only decides how many drafts the target ju
 A drafter may name its state (`draft_state`, read before each round): acceptance is then estimated per
 state. Prompt lookup names the length of the suffix its draft was matched by (a long match is a copy in
 progress, whose next tokens are likely right so a long draft pays, as suffix decoding argues; a
-one-token match rarely continues). A pair keeps its controller across generations (costs and acceptance
-need not be learned again per prompt), but at each new generation what other texts taught a state counts
-as at most HISTORY_WEIGHT judged drafts a position (`begin`): how a state's drafts fare differs from text
-to text (a 2-token match continues in code it copies, rarely in a text it rewrites).
+one-token match rarely continues).
 
 Plain rounds: where a one-token forward's time is known (measured at load, the llama.cpp engine's
 `verify_prior`; or, for a drafter that drafts without a model, the running mean of its plain rounds,
@@ -69,7 +66,6 @@ PRIOR_ACCEPT = 0.7  # the pooled acceptance before any draft was judged
 POOLED_WEIGHT = 2.0  # ... counting as this many judged drafts
 PRIOR_WEIGHT = 8.0  # a position's estimate leans on the pooled one as if it were this many rounds
 DECAY = 0.98  # per observation: older rounds fade (acceptance and costs drift along a text)
-HISTORY_WEIGHT = 4.0  # at a new generation, a state's judged drafts per position count as at most this many
 WARMUP_ROUNDS = 3  # rounds at the maximum k before the cost model decides
 EXPLORE_EVERY = 16  # rounds of one kind (tree or chain) before the other is tried again
 MODE_DECAY = 0.98  # per round of that kind: a long average (a round's tokens vary with the text, and
@@ -231,17 +227,9 @@ class DraftLength:
             self._costs.verify[n] = [seconds * PRIOR_VERIFY_WEIGHT, PRIOR_VERIFY_WEIGHT]
 
     def begin(self) -> None:
-        """A new generation starts: what was learned (costs, trees) stays, and acceptance too but as a
-        prior: each state's judged drafts per position count as at most HISTORY_WEIGHT (a new text's own
-        outcomes soon outweigh what other texts taught); a streak of plain rounds does not stay (the new
-        text may be worth drafting from its first round); the retry wait does."""
+        """A new generation starts: what was learned (acceptance, costs, trees) stays; a streak of plain
+        rounds does not (the new text may be worth drafting from its first round); the retry wait does."""
         self._plain_streak, self._retrying = 0, False
-        for state, judged in self._judged.items():
-            kept = self._accepted[state]
-            for i, n in enumerate(judged):
-                if n > HISTORY_WEIGHT:
-                    kept[i] *= HISTORY_WEIGHT / n
-                    judged[i] = HISTORY_WEIGHT
 
     def _counts(self, state: str | None) -> tuple[list[float], list[float]]:
         if state not in self._judged:

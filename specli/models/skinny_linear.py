@@ -9,9 +9,9 @@ tokens (the best of 6, both ways interleaved): SmolLM2-135M 2 / 5 / 9 tokens 33.
 122.0 / 111.3 / 132.1 (a step about 65). From 12 to 33 tokens either way won by up to 10 % depending on
 the size (MKL's blocking), so MAX_ROWS is 9. At 1 thread the same machine turns the other way past a few
 rows (SmolLM2 5 / 9 tokens: 77.5 / 108.9 ms this way, 73.3 / 82.2 F.linear's; Gemma 3 from 8 tokens),
-so which path a row count takes is measured, not assumed: each of the first forwards of that many rows
-alternates the two paths, TRIALS of each, then the one with the lower best time is kept (per thread
-count: torch's threads decide it).
+so which path a row count takes is measured, not assumed: the first forwards of that many rows alternate
+the two paths, one of each when one is clearly faster (CLEAR), else TRIALS of each, then the one with the
+lower best time is kept (per thread count: torch's threads decide it).
 
 `SkinnyLinears(model)` gives each of the model's own `nn.Linear` modules (not subclasses: quantized
 layers keep theirs) a forward that takes this path while the switch is on, and F.linear otherwise. The
@@ -37,6 +37,7 @@ MIN_ROWS = 2
 MAX_ROWS = 9  # past this F.linear's own blocking is about as fast (module docstring)
 SWITCH = "_specli_skinny_linears"  # the model's attribute holding its switch
 TRIALS = 3  # forwards of each path per row count (and thread count) before the faster one is kept
+CLEAR = 1.25  # ... or one of each, when one took this many times the other's time
 
 
 class SkinnyLinears:
@@ -61,15 +62,16 @@ class SkinnyLinears:
         return out.reshape(*x.shape[:-1], module.weight.shape[0])
 
     def takes(self, n: int) -> bool:
-        """Whether a forward of n tokens takes this path: never outside MIN_ROWS..MAX_ROWS; else, while
-        either path has fewer than TRIALS timed forwards of n rows at this thread count, the one with
-        fewer (this one first), then the one whose fastest forward was faster (F.linear on a tie)."""
+        """Whether a forward of n tokens takes this path: never outside MIN_ROWS..MAX_ROWS; else the
+        verdict of its trials (`_verdict`), and while there is none the path with fewer timed forwards
+        of n rows at this thread count (this one first)."""
         if not MIN_ROWS <= n <= MAX_ROWS:
             return False
         trials = self._trials.get((torch.get_num_threads(), n))
-        if trials is None or len(trials[True]) < TRIALS or len(trials[False]) < TRIALS:
-            return trials is None or len(trials[True]) <= len(trials[False])
-        return min(trials[True]) < min(trials[False])
+        if trials is None:
+            return True
+        verdict = _verdict(trials)
+        return verdict if verdict is not None else len(trials[True]) <= len(trials[False])
 
     @contextmanager
     def rows(self, n: int) -> Iterator[None]:
@@ -79,8 +81,8 @@ class SkinnyLinears:
         trials = None
         if MIN_ROWS <= n <= MAX_ROWS:
             trials = self._trials.setdefault((torch.get_num_threads(), n), {True: [], False: []})
-            if len(trials[True]) >= TRIALS and len(trials[False]) >= TRIALS:
-                trials = None  # decided
+            if _verdict(trials) is not None:
+                trials = None
         start = self._clock()
         try:
             yield
@@ -88,6 +90,20 @@ class SkinnyLinears:
                 trials[self.on].append(self._clock() - start)
         finally:
             self.on = False
+
+
+def _verdict(trials: dict[bool, list[float]]) -> bool | None:
+    """Whether this path won its trials (path -> seconds of its timed forwards): None while on trial.
+    Decided once each path ran once and one took CLEAR times the other's time (a slow trial costs a
+    forward, so a clear case is not run again), else after TRIALS of each, by their fastest (F.linear on
+    a tie)."""
+    skinny, linear = trials[True], trials[False]
+    if not skinny or not linear:
+        return None
+    fastest, other = min(skinny), min(linear)
+    if fastest * CLEAR <= other or other * CLEAR <= fastest or min(len(skinny), len(linear)) >= TRIALS:
+        return fastest < other
+    return None
 
 
 def skinny_linears(model: nn.Module, compile: bool) -> SkinnyLinears | None:

@@ -16,14 +16,7 @@ from specli.drafters.draft_model import DraftModelDrafter
 from specli.drafters.eagle import EagleDrafter
 from specli.drafters.prompt_lookup import PromptLookupDrafter
 from specli.drafters.self_speculative import SelfSpeculativeDrafter
-from specli.engine.draft_length import (
-    HISTORY_WEIGHT,
-    PLAIN_RETRY,
-    PRIOR_ACCEPT,
-    VERIFY_SLOPE,
-    WARMUP_ROUNDS,
-    DraftLength,
-)
+from specli.engine.draft_length import PLAIN_RETRY, PRIOR_ACCEPT, VERIFY_SLOPE, WARMUP_ROUNDS, DraftLength
 from specli.engine.events import expected_acceptance_length
 from specli.engine.loop import EngineConfig, generate_rounds
 from specli.engine.sampling import SamplingConfig
@@ -359,35 +352,6 @@ def test_acceptance_is_estimated_per_drafter_state():
         length.observe(k, 0, 1e-5, 1e-3 * (1 + 0.1 * k), "match 1")
     assert length.choose(100, "match 16+") == (8, "cost model")
     assert length.choose(100, "match 1")[0] == 1
-
-
-def test_a_new_generation_weighs_its_own_outcomes_over_other_texts():
-    """What other texts taught a state is a prior of at most HISTORY_WEIGHT judged drafts a position at
-    each new generation, its shares kept: after 60 rounds that kept everything, a text whose first
-    drafts fail drops below 1/2 within 8 rounds (without the cap: above 0.7). Catches a cap that moves
-    the shares (kept counts not scaled with judged ones), no cap (the 60 rounds outweigh the new text),
-    and a cap on the costs' side."""
-    length = DraftLength(4)
-    for _ in range(60):
-        length.observe(4, 4, 1e-5, 1e-3, "match 2-3")
-    length.observe(4, 1, 1e-5, 1e-3, "match 2-3")
-    counts = zip(length._accepted["match 2-3"], length._judged["match 2-3"], strict=True)
-    rates = [kept / judged for kept, judged in counts]
-    line = length._costs.verify_line()
-    length.begin()
-    after = zip(length._accepted["match 2-3"], length._judged["match 2-3"], strict=True)
-    assert [kept / judged for kept, judged in after] == pytest.approx(rates)  # the same rates, less weight
-    assert max(length._judged["match 2-3"]) == HISTORY_WEIGHT and length._costs.verify_line() == line
-    for _ in range(8):
-        length.observe(4, 0, 1e-5, 1e-3, "match 2-3")
-    assert length.accept_probs("match 2-3")[0] < 0.5
-    uncapped = DraftLength(4)
-    for _ in range(60):
-        uncapped.observe(4, 4, 1e-5, 1e-3, "match 2-3")
-    uncapped.observe(4, 1, 1e-5, 1e-3, "match 2-3")
-    for _ in range(8):
-        uncapped.observe(4, 0, 1e-5, 1e-3, "match 2-3")
-    assert uncapped.accept_probs("match 2-3")[0] > 0.7  # without the new generation's cap
 
 
 def test_a_model_free_drafter_gets_plain_rounds_where_drafting_does_not_pay():
