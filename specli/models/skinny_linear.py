@@ -7,16 +7,11 @@ on 2 / 3 / 4), while W @ x^T on the same rows takes 3.0 / 2.9 / 2.6 ms. Whole fo
 tokens (the best of 6, both ways interleaved): SmolLM2-135M 2 / 5 / 9 tokens 33.9 / 40.3 /
 59.1 ms against 61.3 / 51.8 / 63.9 (a one-token step about 34); Gemma 3 270M 42.5 / 56.7 / 89.5 against
 122.0 / 111.3 / 132.1 (a step about 65). From 12 to 33 tokens either way won by up to 10 % depending on
-the size (MKL's blocking), so MAX_ROWS is 9. At 1 thread the same machine turns the other way past a few
-rows (SmolLM2 5 / 9 tokens: 77.5 / 108.9 ms this way, 73.3 / 82.2 F.linear's; Gemma 3 from 8 tokens),
-so which path a row count takes is measured, not assumed: the first forwards of that many rows alternate
-the two paths, one of each when one is clearly faster (CLEAR), else TRIALS of each, then the one with the
-lower best time is kept (per thread count: torch's threads decide it).
+the size (MKL's blocking), so MAX_ROWS is 9.
 
 `SkinnyLinears(model)` gives each of the model's own `nn.Linear` modules (not subclasses: quantized
 layers keep theirs) a forward that takes this path while the switch is on, and F.linear otherwise. The
-torch engine's `CachedLM` turns it on around its own forwards of MIN_ROWS..MAX_ROWS tokens only (where it
-measured faster, below): a
+torch engine's `CachedLM` turns it on around its own forwards of MIN_ROWS..MAX_ROWS tokens only: a
 one-token step stays F.linear's matrix-vector product, the one transformers' generate() runs, so plain
 decoding stays bit for bit the target's own; transformers' runs on the same model (bench --compare-hf)
 never see the switch on. A verify forward's rows round as a batch does either way (neither is a step's
@@ -25,8 +20,7 @@ rounding): the greedy identity and distribution tests hold them to the target's 
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
 
@@ -36,18 +30,13 @@ from torch import nn
 MIN_ROWS = 2
 MAX_ROWS = 9  # past this F.linear's own blocking is about as fast (module docstring)
 SWITCH = "_specli_skinny_linears"  # the model's attribute holding its switch
-TRIALS = 3  # forwards of each path per row count (and thread count) before the faster one is kept
-CLEAR = 1.25  # ... or one of each, when one took this many times the other's time
 
 
 class SkinnyLinears:
-    """The switch over one model's linear layers (module docstring). clock: what times a trial forward
-    (seconds; the CPU's forwards are synchronous)."""
+    """The switch over one model's linear layers (module docstring)."""
 
-    def __init__(self, model: nn.Module, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, model: nn.Module) -> None:
         self.on = False
-        self._clock = clock
-        self._trials: dict[tuple[int, int], dict[bool, list[float]]] = {}  # (threads, rows) -> path -> s
         for module in model.modules():
             if type(module) is nn.Linear:
                 module.forward = partial(self._forward, module)  # an instance attribute: this model only
@@ -61,49 +50,14 @@ class SkinnyLinears:
             out = out + module.bias
         return out.reshape(*x.shape[:-1], module.weight.shape[0])
 
-    def takes(self, n: int) -> bool:
-        """Whether a forward of n tokens takes this path: never outside MIN_ROWS..MAX_ROWS; else the
-        verdict of its trials (`_verdict`), and while there is none the path with fewer timed forwards
-        of n rows at this thread count (this one first)."""
-        if not MIN_ROWS <= n <= MAX_ROWS:
-            return False
-        trials = self._trials.get((torch.get_num_threads(), n))
-        if trials is None:
-            return True
-        verdict = _verdict(trials)
-        return verdict if verdict is not None else len(trials[True]) <= len(trials[False])
-
     @contextmanager
     def rows(self, n: int) -> Iterator[None]:
-        """Around a forward of n tokens: on when `takes(n)`; a forward that completes times its path
-        while the row count is still on trial."""
-        self.on = self.takes(n)
-        trials = None
-        if MIN_ROWS <= n <= MAX_ROWS:
-            trials = self._trials.setdefault((torch.get_num_threads(), n), {True: [], False: []})
-            if _verdict(trials) is not None:
-                trials = None
-        start = self._clock()
+        """On for a forward of n tokens when MIN_ROWS <= n <= MAX_ROWS."""
+        self.on = MIN_ROWS <= n <= MAX_ROWS
         try:
             yield
-            if trials is not None:
-                trials[self.on].append(self._clock() - start)
         finally:
             self.on = False
-
-
-def _verdict(trials: dict[bool, list[float]]) -> bool | None:
-    """Whether this path won its trials (path -> seconds of its timed forwards): None while on trial.
-    Decided once each path ran once and one took CLEAR times the other's time (a slow trial costs a
-    forward, so a clear case is not run again), else after TRIALS of each, by their fastest (F.linear on
-    a tie)."""
-    skinny, linear = trials[True], trials[False]
-    if not skinny or not linear:
-        return None
-    fastest, other = min(skinny), min(linear)
-    if fastest * CLEAR <= other or other * CLEAR <= fastest or min(len(skinny), len(linear)) >= TRIALS:
-        return fastest < other
-    return None
 
 
 def skinny_linears(model: nn.Module, compile: bool) -> SkinnyLinears | None:

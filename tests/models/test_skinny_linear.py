@@ -7,7 +7,7 @@ import torch
 from conftest import make_model
 
 from specli.models.cached_lm import CachedLM
-from specli.models.skinny_linear import CLEAR, MAX_ROWS, MIN_ROWS, TRIALS, SkinnyLinears, skinny_linears
+from specli.models.skinny_linear import MAX_ROWS, MIN_ROWS, SkinnyLinears, skinny_linears
 
 
 def test_the_products_are_f_linears_and_only_inside_the_switch(monkeypatch):
@@ -58,40 +58,3 @@ def test_only_a_cpu_float32_model_gets_the_switch_and_only_its_own_linears():
     holder = torch.nn.Sequential(torch.nn.Linear(4, 4), Quantized(4, 4))
     SkinnyLinears(holder)
     assert "forward" in vars(holder[0]) and "forward" not in vars(holder[1])
-
-
-def test_each_row_count_keeps_the_path_that_measured_faster():
-    """Catches a path kept without trials, the slower one kept (a min/max mix-up), trials shared between
-    row counts or thread counts (one size's verdict decides another's), a failed forward counted as a
-    trial, trials that never end (the slower path taken forever, one forward in two), and a close call
-    decided on one forward each (or a clear one run TRIALS times: a slow trial costs a forward)."""
-    now = [0.0]
-    close = 1.0 + (CLEAR - 1.0) / 2  # F.linear slower, but by less than CLEAR
-    seconds = {(3, True): 0.010, (3, False): 0.030, (5, True): 0.050, (5, False): 0.020}
-    seconds |= {(4, True): 0.010 * close, (4, False): 0.010, (6, True): 0.010, (6, False): 0.010 * close}
-    switch = SkinnyLinears(torch.nn.Linear(2, 2), clock=lambda: now[0])
-
-    def forward(n: int) -> bool:
-        with switch.rows(n):
-            now[0] += seconds[n, switch.on]
-            return switch.on
-
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        taken = {n: [forward(n) for _ in range(2 * TRIALS + 4)] for n in (3, 4, 5, 6)}
-        assert taken[3] == [True, False] + [True] * (2 * TRIALS + 2)  # clear: one of each, then this path
-        assert taken[5] == [True, False] + [False] * (2 * TRIALS + 2)  # clear: F.linear from then on
-        assert taken[4] == [True, False] * TRIALS + [False] * 4  # close: TRIALS of each, the faster stays
-        assert taken[6] == [True, False] * TRIALS + [True] * 4
-        assert not switch.takes(1) and not switch.takes(MAX_ROWS + 1)
-        try:  # a forward that fails is not a trial
-            with switch.rows(7):
-                raise RuntimeError
-        except RuntimeError:
-            pass
-        assert switch.takes(7) and not switch.on
-        torch.set_num_threads(2)  # another thread count: its own trials
-        assert forward(5) is True and forward(5) is False
-    finally:
-        torch.set_num_threads(threads)
