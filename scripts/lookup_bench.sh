@@ -6,7 +6,7 @@
 #           committed SmolLM2 runs: 3)
 #   torch   specli --engine torch (plain, lookup at its k 32) beside transformers' generate() plain and
 #           prompt lookup (k 32 and k 16 at n-gram 3, and its docs' k 10): both models, 1 and 2 threads
-#           (TORCH_THREADS), greedy, each prompt's median of REPEATS (1)
+#           (TORCH_THREADS), greedy, each prompt's median of REPEATS (1; the committed SmolLM2 1-thread run: 3)
 #   sampled the engine runs at T = 0.7, 2 threads, every run to 128 tokens (--ignore-eos: sampled texts end
 #           at different lengths, and tok/s would weigh different shares of prefill), over the 27 prompts
 #           of docs/data/bench-real/category-prompts.jsonl (the code and chat sets' first three of each
