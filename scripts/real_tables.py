@@ -262,15 +262,18 @@ def engine_category_table(folder: Path) -> str:
 # (scripts/lookup_bench.sh: MODEL-lookup-engine-tN, MODEL-lookup-engine-T0.7-t2, MODEL-lookup-torch-tN,
 # MODEL-lookup-specbench-t2)
 
-PLD_MODES = ("prompt lookup", DOCS_MODE)  # transformers' prompt lookup at specli's k (n-gram 3) and k 10
-K16_MODE = "prompt lookup (16 tokens)"  # beside them where specli's k is not 16 (lookup's torch default 32)
+K16_MODE = "prompt lookup (16 tokens)"  # transformers at k 16, run where specli's k is not 16 (torch: 32)
+
+
+def _lookup_k(report: dict) -> int:
+    """The k specli's lookup ran at in a torch-engine report (transformers' "prompt lookup" ran at it too)."""
+    return (report["settings"].get("num_draft_tokens_by_strategy") or {}).get("lookup", 16)
 
 
 def _pld_modes(report: dict) -> dict[int, str]:
     """transformers' prompt-lookup modes of a torch-engine report by their k: "prompt lookup" at lookup's
     own k that run, K16_MODE at 16 where that k was not 16, DOCS_MODE at 10."""
-    k = (report["settings"].get("num_draft_tokens_by_strategy") or {}).get("lookup", 16)
-    modes = {k: "prompt lookup", 10: DOCS_MODE}
+    modes = {10: DOCS_MODE, _lookup_k(report): "prompt lookup"}
     if K16_MODE in report["transformers"]:
         modes[16] = K16_MODE
     return modes
@@ -286,11 +289,9 @@ def _pld_best(report: dict, category: str | None) -> float:
 
 def _pld_same_k(report: dict, category: str | None) -> float | None:
     """tokens/s of transformers' prompt lookup at specli's own k where that is neither 16 nor 10."""
-    modes = _pld_modes(report)
-    k = next(iter(modes))
-    if k in (10, 16):
+    if _lookup_k(report) in (10, 16):
         return None
-    row = report["transformers"][modes[k]]
+    row = report["transformers"]["prompt lookup"]
     return (row if category is None else row["by_category"][category])["tokens_per_second"]
 
 
@@ -378,7 +379,7 @@ def lookup_torch_table(folder: Path) -> str:
             summary[lowest]["lookup"]["tokens_per_second"] / summary[lowest]["none"]["tokens_per_second"]
         )
         edit = summary["editing"]["lookup"]["tokens_per_second"]
-        k = next(iter(modes))
+        k = _lookup_k(report)
         lines.append(
             f"| {title} | {label} | {plain:.1f} | {ours:.1f} ({k}; {ours / plain:.2f}×; {_rate(lookup)}) | "
             f"{hf['plain']['tokens_per_second']:.1f} | {pld} | {_ratio(ours, _pld_best(report, None))} | "
