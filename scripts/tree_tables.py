@@ -77,21 +77,29 @@ def pair_table(folder: Path, chain_name: str, tree_name: str, strategies: tuple[
     return "\n".join(lines)
 
 
+# (title, chain report, tree report, strategies): each table of docs/performance.md's "Token trees"
+TABLES = (
+    ("embedded pair, greedy", "tiny-T0", "tiny-T0", ("draft", "eagle")),
+    ("embedded pair, T = 0.7", "tiny-T0.7", "tiny-T0.7", ("draft", "eagle")),
+    ("embedded pair, lookup on editing prompts", "tiny-lookup", "tiny-lookup", ("lookup",)),
+    ("SmolLM2-135M, greedy", "smollm2-chain-T0", "smollm2-tree-T0", ("draft", "eagle")),
+    ("SmolLM2-135M, T = 0.7", "smollm2-chain-T0.7", "smollm2-tree-T0.7", ("draft", "eagle")),
+    ("SmolLM2-135M, lookup on editing prompts", "smollm2-lookup-chain", "smollm2-lookup-tree", ("lookup",)),
+    ("SmolLM2-135M, draft model, greedy", "smollm2-draft-sweep-T0", "smollm2-draft-sweep-T0", ("draft",)),
+    (
+        "SmolLM2-135M, draft model, T = 0.7",
+        "smollm2-draft-sweep-T0.7",
+        "smollm2-draft-sweep-T0.7",
+        ("draft",),
+    ),
+    ("SmolLM2-135M, lookup, greedy", "smollm2-lookup-sweep-T0", "smollm2-lookup-sweep-T0", ("lookup",)),
+    ("SmolLM2-135M, lookup, T = 0.7", "smollm2-lookup-sweep-T0.7", "smollm2-lookup-sweep-T0.7", ("lookup",)),
+)
+
+
 def main() -> None:
     folder = Path(sys.argv[1]) if len(sys.argv) > 1 else FOLDER
-    for title, chain, tree, strategies in (
-        ("embedded pair, greedy", "tiny-T0", "tiny-T0", ("draft", "eagle")),
-        ("embedded pair, T = 0.7", "tiny-T0.7", "tiny-T0.7", ("draft", "eagle")),
-        ("embedded pair, lookup on editing prompts", "tiny-lookup", "tiny-lookup", ("lookup",)),
-        ("SmolLM2-135M, greedy", "smollm2-chain-T0", "smollm2-tree-T0", ("draft", "eagle")),
-        ("SmolLM2-135M, T = 0.7", "smollm2-chain-T0.7", "smollm2-tree-T0.7", ("draft", "eagle")),
-        (
-            "SmolLM2-135M, lookup on editing prompts",
-            "smollm2-lookup-chain",
-            "smollm2-lookup-tree",
-            ("lookup",),
-        ),
-    ):
+    for title, chain, tree, strategies in TABLES:
         print(f"{title}\n\n{pair_table(folder, chain, tree, strategies)}\n")
 
 
